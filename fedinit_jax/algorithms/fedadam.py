@@ -1,0 +1,53 @@
+"""FedAdam (Reddi et al., 2021): FedAvg whose server optimizer is Adam on mean_S(delta_i).
+
+With dbar = mean_S(delta_i), as in the authors' code (no bias correction):
+
+    m = b1 m + (1 - b1) dbar;  v = b2 v + (1 - b2) dbar^2;  w <- w + eta_g m / (sqrt(v) + eps)
+
+defaults b1 = 0.9, b2 = 0.99, eps = 0.01, eta_g = 0.1.
+"""
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from fedinit_jax.algorithms._checks import check_range
+from fedinit_jax.algorithms.fedavg import fedavg
+from fedinit_jax.correction import Correction
+from fedinit_jax.types import Costs
+
+
+class AdamNoBiasState(NamedTuple):
+    m: Any  # first moment, like params
+    v: Any  # second moment, like params
+
+
+def scale_by_adam_no_bias_correction(b1=0.9, b2=0.99, eps=0.01) -> optax.GradientTransformation:
+    """Adam's direction m / (sqrt(v) + eps) without bias correction, as an optax transform."""
+
+    def init(params):
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        return AdamNoBiasState(m=zeros, v=zeros)
+
+    def update(grads, state, params=None):
+        del params
+        m = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.m, grads)
+        v = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state.v, grads)
+        updates = jax.tree.map(lambda m, v: m / (jnp.sqrt(v) + eps), m, v)
+        return updates, AdamNoBiasState(m=m, v=v)
+
+    return optax.GradientTransformation(init, update)
+
+
+def fedadam(loss_fn, *, server_lr: float = 0.1, b1: float = 0.9, b2: float = 0.99,
+            eps: float = 0.01, **options):
+    """FedAvg with the server optimizer chain(adam-without-bias-correction, scale(-eta_g))."""
+    check_range("server_lr", server_lr, 0.0, low_open=True)
+    check_range("b1", b1, 0.0, 1.0, high_open=True)
+    check_range("b2", b2, 0.0, 1.0, high_open=True)
+    check_range("eps", eps, 0.0, low_open=True)
+    server_optimizer = optax.chain(scale_by_adam_no_bias_correction(b1, b2, eps),
+                                   optax.scale(-server_lr))
+    costs = Correction(costs=Costs(server_state=("m", "v")))
+    return fedavg(loss_fn, server_optimizer=server_optimizer, correction=costs, **options)

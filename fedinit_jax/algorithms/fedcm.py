@@ -1,0 +1,39 @@
+"""FedCM (Xu et al., 2021): client-level momentum from last round's mean update.
+
+    d = -mean_S(delta_i) / (K eta_l)   of the previous round (d = 0 in round 0)
+    local gradient:  alpha * g + (1 - alpha) * d
+    server:          w as FedAvg; store d for the next round
+
+alpha = 0.1 by default; alpha = 1 is exactly FedAvg.
+"""
+import jax
+import jax.numpy as jnp
+
+from fedinit_jax.algorithms._checks import check_range
+from fedinit_jax.algorithms.fedavg import fedavg
+from fedinit_jax.correction import Correction
+from fedinit_jax.types import Costs
+
+
+def _zeros(params):
+    return jax.tree.map(jnp.zeros_like, params)
+
+
+def _server_update(_d, _old, _new, mean_delta, steps_lr, _num_clients):
+    return jax.tree.map(lambda m: -m / steps_lr, mean_delta)
+
+
+def correction(alpha: float) -> Correction:
+    """FedCM's momentum mixing of the local gradient with the server direction d."""
+
+    def gradient(g, _w, ctx):
+        return jax.tree.map(lambda g, d: alpha * g + (1 - alpha) * d, g, ctx.server_extra)
+
+    return Correction(init_server=_zeros, gradient=gradient, server_update=_server_update,
+                      costs=Costs(down=("w", "d"), server_state=("d",)))
+
+
+def fedcm(loss_fn, *, alpha: float = 0.1, **options):
+    """FedCM with momentum weight alpha in [0, 1]."""
+    check_range("alpha", alpha, 0.0, 1.0)
+    return fedavg(loss_fn, correction=correction(alpha), **options)

@@ -1,0 +1,22 @@
+"""FedSAM (Qu et al., 2022; Caldarola et al., 2022): FedAvg whose local gradient is SAM's.
+
+    g1 = grad f(w);  e = rho g1 / (||g1|| + 1e-7);  g = grad f(w + e)  (same minibatch)
+
+rho = 0.1 by default; rho = 0 is exactly FedAvg. The server is FedAvg's.
+"""
+import functools
+
+from fedinit_jax import local
+from fedinit_jax.algorithms._checks import check_range
+from fedinit_jax.algorithms.fedavg import fedavg
+from fedinit_jax.correction import Correction
+from fedinit_jax.types import Costs
+
+COSTS = Costs(client_work=("e",))
+
+
+def fedsam(loss_fn, *, rho: float = 0.1, **options):
+    """FedAvg with the SAM gradient of radius rho (two gradients per local step)."""
+    check_range("rho", rho, 0.0)
+    return fedavg(loss_fn, gradient=functools.partial(local.sam_gradient, rho=rho),
+                  correction=Correction(costs=COSTS), **options)

@@ -1,0 +1,156 @@
+"""The federated round: relaxed initialization, local training on the sampled clients,
+aggregation. One pure function, jit-compiled once per run.
+
+Paper Algorithm 1 with an algorithm's Correction plugged in (ALGORITHMS.md):
+
+    w_i0   = w + beta * (w - w_i)                          (RI; beta = 0 is FedAvg)
+    w_iK   = local_update(w_i0)                            (K corrected SGD steps)
+    delta_i = w_iK - w      (delta_from="global", paper line 16, default)
+    delta_i = w_iK - w_i0   (delta_from="start", the authors' code)
+    w      <- w + server_opt(mean_S(delta_i))              (sgd(eta_g): w + eta_g * mean delta)
+    w_i    <- w_iK for i in S only
+
+Metrics: train_loss (mean local loss), divergence = mean_S ||w_iK - w_new||^2 (the authors'
+code) and divergence_all = (1/C) sum_C ||w_i - w_new||^2 (the paper's Delta^t).
+"""
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from fedinit_jax import execution as execution_lib
+from fedinit_jax import local
+from fedinit_jax import tree
+from fedinit_jax.correction import NONE, Correction, LocalContext
+from fedinit_jax.types import FederatedAlgorithm, FedState, RoundInput
+
+DELTA_FROM = ("global", "start")
+
+
+def _check_builder_args(beta, delta_from, clip_norm, weight_decay, execution, chunk_size):
+    if not isinstance(beta, (int, float)) or not math.isfinite(beta):
+        raise ValueError(f"beta={beta!r} must be a finite number (the paper sweeps -0.2..0.15)")
+    if delta_from not in DELTA_FROM:
+        raise ValueError(f"delta_from={delta_from!r} is not allowed; use 'global' (paper, "
+                         "delta_i = w_iK - w) or 'start' (authors' code, delta_i = w_iK - w_i0)")
+    for name, value in (("clip_norm", clip_norm), ("weight_decay", weight_decay)):
+        if value is not None and (not math.isfinite(value) or value < 0):
+            raise ValueError(f"{name}={value!r} must be None, 0 (off) or a positive number")
+    execution_lib.check_strategy(execution, chunk_size)
+
+
+def check_round_input(round_input: RoundInput, num_clients: int) -> None:
+    """ValueError naming the field when a round input cannot be run on num_clients clients."""
+    ids = np.asarray(round_input.client_ids)
+    if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"client_ids must be a non-empty 1-D integer array, got shape "
+                         f"{ids.shape} dtype {ids.dtype}")
+    n = ids.size
+    if n > num_clients:
+        raise ValueError(f"client_ids: {n} sampled clients but the state holds only "
+                         f"{num_clients} (N must be <= C)")
+    if ids.min() < 0 or ids.max() >= num_clients:
+        raise ValueError(f"client_ids out of range: values must lie in [0, {num_clients}), "
+                         f"got min {ids.min()} max {ids.max()}")
+    if np.unique(ids).size != n:
+        raise ValueError(f"client_ids has duplicates: {ids.tolist()}; sample without replacement")
+    leaves = jax.tree.leaves(round_input.batches)
+    if not leaves:
+        raise ValueError("batches is empty: it must be a pytree of [N, K, B, ...] arrays")
+    shapes = [np.shape(x) for x in leaves]
+    if any(len(s) < 3 for s in shapes) or len({s[:3] for s in shapes}) != 1:
+        raise ValueError(f"batches: every leaf needs the same leading [N, K, B] axes, got "
+                         f"{[s[:3] for s in shapes]}")
+    if shapes[0][0] != n:
+        raise ValueError(f"batches: leading axis {shapes[0][0]} != number of client_ids {n}")
+    lr = np.asarray(round_input.local_lr)
+    if lr.shape != () or not np.isfinite(lr):
+        raise ValueError(f"local_lr must be a finite scalar, got {round_input.local_lr!r}")
+
+
+def build_algorithm(loss_fn, *, correction: Correction = NONE, gradient=local.plain_gradient,
+                    beta: float = 0.0, delta_from: str = "global",
+                    server_optimizer=None, clip_norm=None, weight_decay=None,
+                    execution: str = "vmap", chunk_size=None) -> FederatedAlgorithm:
+    """A FederatedAlgorithm for `loss_fn(params, batch, key) -> scalar`.
+
+    correction: the algorithm's plug-in (FedAvg: none). gradient: loss_fn -> gradient
+    function (plain, or SAM). server_optimizer: optax transformation applied to the
+    pseudo-gradient -mean_S(delta_i); default sgd(1.0), i.e. w <- w + mean delta.
+    """
+    _check_builder_args(beta, delta_from, clip_norm, weight_decay, execution, chunk_size)
+    server_opt = optax.sgd(1.0) if server_optimizer is None else server_optimizer
+    gradient_fn = gradient(loss_fn)
+
+    def init(params, num_clients: int) -> FedState:
+        if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
+            raise ValueError(f"num_clients={num_clients!r} must be a positive int")
+        params = jax.tree.map(jnp.asarray, params)
+        return FedState(
+            params=params,
+            client_params=tree.stack(params, num_clients),
+            server_opt_state=server_opt.init(params),
+            server_extra=correction.init_server(params),
+            client_extra=tree.stack(correction.init_client(params), num_clients),
+            beta=jnp.asarray(beta, jnp.float32),
+            round=jnp.zeros((), jnp.int32))
+
+    def round_fn(state: FedState, round_input: RoundInput, key):
+        ids = round_input.client_ids
+        w = state.params
+        lr = jnp.asarray(round_input.local_lr, jnp.float32)
+        num_clients = jax.tree.leaves(state.client_params)[0].shape[0]
+        num_steps = jax.tree.leaves(round_input.batches)[0].shape[1]
+        steps_lr = num_steps * lr
+        old_extra = tree.gather(state.client_extra, ids)
+        w_start = tree.relaxed_init(w, tree.gather(state.client_params, ids), state.beta)
+        client_keys = jax.random.split(key, ids.shape[0])
+
+        def one_client(args):
+            w0, batches, client_key, extra = args
+            ctx = LocalContext(w, w0, state.server_extra, extra)
+            w_end, loss = local.local_update(
+                gradient_fn, lambda g, wk: correction.gradient(g, wk, ctx), w0, batches,
+                client_key, lr, clip_norm=clip_norm, weight_decay=weight_decay)
+            origin = w if delta_from == "global" else w0
+            delta = jax.tree.map(jnp.subtract, w_end, origin)
+            return w_end, delta, loss, correction.client_update(ctx, delta, steps_lr)
+
+        w_end, delta, losses, new_extra = execution_lib.map_clients(
+            one_client, (w_start, round_input.batches, client_keys, old_extra),
+            execution, chunk_size)
+
+        mean_delta = tree.client_mean(delta)
+        pseudo_grad = jax.tree.map(jnp.negative, mean_delta)
+        updates, server_opt_state = server_opt.update(pseudo_grad, state.server_opt_state, w)
+        w_candidate = optax.apply_updates(w, updates)
+        client_params = tree.scatter(state.client_params, ids, w_end)
+        client_extra = tree.scatter(state.client_extra, ids, new_extra)
+        server_extra = correction.server_update(
+            state.server_extra, old_extra, new_extra, mean_delta, steps_lr, num_clients)
+        w_new = correction.global_model(
+            w_candidate, tree.client_mean(w_end), server_extra, client_extra)
+
+        new_state = FedState(w_new, client_params, server_opt_state, server_extra,
+                             client_extra, state.beta, state.round + 1)
+        metrics = {
+            "train_loss": jnp.mean(losses),
+            "divergence": jnp.mean(tree.per_client_sq_dist(w_end, w_new)),
+            "divergence_all": jnp.mean(tree.per_client_sq_dist(client_params, w_new)),
+        }
+        return new_state, metrics
+
+    jitted_round = jax.jit(round_fn)
+
+    def apply(state: FedState, round_input: RoundInput, key):
+        num_clients = jax.tree.leaves(state.client_params)[0].shape[0]
+        check_round_input(round_input, num_clients)
+        round_input = RoundInput(jnp.asarray(round_input.client_ids, jnp.int32),
+                                 round_input.batches,
+                                 jnp.asarray(round_input.local_lr, jnp.float32))
+        return jitted_round(state, round_input, key)
+
+    return FederatedAlgorithm(init=init, apply=apply, round_fn=round_fn,
+                              costs=correction.costs)

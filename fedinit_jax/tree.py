@@ -1,0 +1,42 @@
+"""Pytree helpers that optax.tree lacks: the client axis and relaxed initialization.
+
+Relaxed initialization (FedInit, paper Algorithm 1 line 6):
+
+    w_i0 = w + beta * (w - w_i)
+
+where w is the global model and w_i the client's last local model.
+"""
+import jax
+import jax.numpy as jnp
+
+
+def relaxed_init(w_global, w_local, beta):
+    """w_i0 = w + beta * (w - w_i); w_local may carry a leading client axis."""
+    return jax.tree.map(lambda w, wi: w + beta * (w - wi), w_global, w_local)
+
+
+def client_mean(tree):
+    """Mean over the leading client axis: mean_S(x_i)."""
+    return jax.tree.map(lambda x: jnp.mean(x, axis=0), tree)
+
+
+def gather(stacked, ids):
+    """Rows `ids` of a [C, ...] stacked pytree -> [N, ...]."""
+    return jax.tree.map(lambda x: x[ids], stacked)
+
+
+def scatter(stacked, ids, rows):
+    """stacked with rows `ids` replaced by `rows` ([N, ...])."""
+    return jax.tree.map(lambda x, r: x.at[ids].set(r.astype(x.dtype)), stacked, rows)
+
+
+def stack(tree, n):
+    """n copies of `tree` along a new leading axis: [n, ...]."""
+    return jax.tree.map(lambda x: jnp.repeat(jnp.asarray(x)[None], n, axis=0), tree)
+
+
+def per_client_sq_dist(stacked, tree):
+    """||x_i - y||^2 for every row i of a [N, ...] stacked pytree -> [N]."""
+    parts = jax.tree.map(
+        lambda x, y: jnp.sum(jnp.square(x - y).reshape(x.shape[0], -1), axis=1), stacked, tree)
+    return sum(jax.tree.leaves(parts))

@@ -1,0 +1,84 @@
+"""Core types of fedinit_jax: the round input, the federated state and the algorithm pair.
+
+Every algorithm is a pure function pair (optax / fedjax style)::
+
+    state = algo.init(params, num_clients=C)
+    state, metrics = algo.apply(state, round_input, key)
+
+The state is a NamedTuple of arrays only; its structure, shapes and dtypes are the same
+after every round, so a run compiles once.
+"""
+from typing import Any, Callable, NamedTuple
+
+import jax
+
+Array = jax.Array
+Params = Any  # a pytree of arrays
+PyTree = Any
+LossFn = Callable[[Params, PyTree, Array], Array]  # (params, batch, key) -> scalar mean loss
+
+
+class RoundInput(NamedTuple):
+    """What one communication round consumes.
+
+    client_ids: [N] int32, the sampled clients S (distinct, in [0, C)).
+    batches: a pytree whose leaves are [N, K, B, ...]: K local minibatches per client.
+    local_lr: [] float32, eta_l of this round (traced: changing it never recompiles).
+    """
+
+    client_ids: Array
+    batches: PyTree
+    local_lr: Array
+
+
+class FedState(NamedTuple):
+    """Server-side view of the whole federation after a round.
+
+    params: w, the global model.
+    client_params: w_i, every client's last local model, leaves [C, ...]; a client never
+      sampled holds w^0 (the initial model), as in Algorithm 1 line 1 of the paper.
+    server_opt_state: the server optax optimizer's state (FedAdam's m, v).
+    server_extra: the algorithm's server state (SCAFFOLD's c, FedCM's d); () if none.
+    client_extra: the algorithm's per-client state (SCAFFOLD's c_i, FedDyn's h_i), leaves
+      [C, ...]; () if none.
+    beta: [] float32, the relaxed-initialization coefficient (traced, so replicas may differ).
+    round: [] int32, rounds completed.
+    """
+
+    params: Params
+    client_params: Params
+    server_opt_state: Any
+    server_extra: Any
+    client_extra: Any
+    beta: Array
+    round: Array
+
+
+class Costs(NamedTuple):
+    """What an algorithm communicates and stores, each entry a model-sized (d) vector.
+
+    down: sent by the server to each sampled client per round.
+    up: sent by each sampled client to the server per round.
+    server_state: kept by the server between rounds, besides w.
+    client_state: kept by every client between rounds, besides its own model.
+    client_work: extra model-sized buffers a client holds while training (SAM's w + e).
+    """
+
+    down: tuple[str, ...] = ("w",)
+    up: tuple[str, ...] = ("delta",)
+    server_state: tuple[str, ...] = ()
+    client_state: tuple[str, ...] = ()
+    client_work: tuple[str, ...] = ()
+
+
+class FederatedAlgorithm(NamedTuple):
+    """init(params, num_clients) -> FedState; apply(state, round_input, key) -> (state, metrics).
+
+    apply validates its input on the host, then calls the jit-compiled round; round_fn is
+    the same round as a pure, un-jitted function to compose into a user's own jit/vmap.
+    """
+
+    init: Callable[..., FedState]
+    apply: Callable[[FedState, RoundInput, Array], tuple[FedState, dict]]
+    round_fn: Callable[[FedState, RoundInput, Array], tuple[FedState, dict]]
+    costs: Costs

@@ -1,0 +1,90 @@
+"""An independent plain-numpy simulator of every algorithm, written from ALGORITHMS.md.
+
+Loops over rounds, clients and steps; float64; a linear-regression model whose parameters
+are one flat vector theta = [w (d), b]. It shares no code with the library.
+"""
+import numpy as np
+
+
+def mse_grad(theta, x, y):
+    """Gradient of mean((x @ w + b - y)^2) with theta = [w, b]."""
+    r = x @ theta[:-1] + theta[-1] - y
+    return np.concatenate([2.0 * x.T @ r / len(y), [2.0 * r.mean()]])
+
+
+def mse_loss(theta, x, y):
+    return float(np.mean((x @ theta[:-1] + theta[-1] - y) ** 2))
+
+
+def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global", clip=None,
+             wd=None, server_lr=1.0, rho=0.0, lam=0.1, alpha=0.1, mu=0.0,
+             b1=0.9, b2=0.99, eps=0.01):
+    """rounds: list of (ids, xs [N, K, B, d], ys [N, K, B], lr). Returns a dict of final state."""
+    w = theta0.astype(np.float64).copy()
+    w_local = [w.copy() for _ in range(num_clients)]
+    c = np.zeros_like(w)
+    c_i = [np.zeros_like(w) for _ in range(num_clients)]
+    h_i = [np.zeros_like(w) for _ in range(num_clients)]
+    d = np.zeros_like(w)
+    m = np.zeros_like(w)
+    v = np.zeros_like(w)
+    history = []
+    for ids, xs, ys, lr in rounds:
+        num_steps = xs.shape[1]
+        ends, deltas, new_ci, losses = [], [], {}, []
+        for n, i in enumerate(ids):
+            start = w + beta * (w - w_local[i])
+            x = start.copy()
+            for k in range(num_steps):
+                bx, by = xs[n, k].astype(np.float64), ys[n, k].astype(np.float64)
+                losses.append(mse_loss(x, bx, by))
+                g = mse_grad(x, bx, by)
+                if alg in ("fedsam",) and rho > 0:
+                    e = rho * g / (np.linalg.norm(g) + 1e-7)
+                    g = mse_grad(x + e, bx, by)
+                if alg == "scaffold":
+                    g = g + (c - c_i[i])
+                elif alg == "feddyn":
+                    g = g + lam * h_i[i] + lam * (x - start)
+                elif alg == "fedcm":
+                    g = alpha * g + (1 - alpha) * d
+                elif alg == "fedprox":
+                    g = g + mu * (x - start)
+                if clip:
+                    norm = np.linalg.norm(g)
+                    if norm > clip:
+                        g = g * clip / norm
+                if wd:
+                    g = g + wd * x
+                x = x - lr * g
+            delta = x - (w if delta_from == "global" else start)
+            ends.append(x)
+            deltas.append(delta)
+            if alg == "scaffold":
+                new_ci[i] = c_i[i] - c - delta / (num_steps * lr)
+            if alg == "feddyn":
+                h_i[i] = h_i[i] + delta
+        mean_delta = np.mean(deltas, axis=0)
+        if alg == "fedadam":
+            m = b1 * m + (1 - b1) * mean_delta
+            v = b2 * v + (1 - b2) * mean_delta ** 2
+            w = w + server_lr * m / (np.sqrt(v) + eps)
+        elif alg == "feddyn":
+            w = np.mean(ends, axis=0) + np.mean(h_i, axis=0)
+        else:
+            w = w + server_lr * mean_delta
+        if alg == "scaffold":
+            c = c + sum(new_ci[i] - c_i[i] for i in ids) / num_clients
+            for i in ids:
+                c_i[i] = new_ci[i]
+        if alg == "fedcm":
+            d = -mean_delta / (num_steps * lr)
+        for n, i in enumerate(ids):
+            w_local[i] = ends[n]
+        history.append({
+            "train_loss": float(np.mean(losses)),
+            "divergence": float(np.mean([np.sum((e - w) ** 2) for e in ends])),
+            "divergence_all": float(np.mean([np.sum((wl - w) ** 2) for wl in w_local])),
+        })
+    return {"w": w, "w_local": np.stack(w_local), "c": c, "c_i": np.stack(c_i),
+            "h_i": np.stack(h_i), "d": d, "m": m, "v": v, "history": history}

@@ -1,0 +1,187 @@
+"""FedAvg / FedInit engine against an independent numpy reference, plus the engine's contract."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import NUM_CLIENTS, flat, linreg_loss, params_from
+from fedinit_jax import RoundInput, algorithms
+from numpy_reference import simulate
+
+
+def run(algo, theta0, rounds, seed=0):
+    state = algo.init(params_from(theta0), num_clients=NUM_CLIENTS)
+    history = []
+    for t, (ids, xs, ys, lr) in enumerate(rounds):
+        key = jax.random.fold_in(jax.random.key(seed), t)
+        state, metrics = algo.apply(state, RoundInput(ids, (xs, ys), lr), key)
+        history.append({k: float(v) for k, v in metrics.items()})
+    return state, history
+
+
+def assert_matches(state, history, ref):
+    np.testing.assert_allclose(flat(state.params), ref["w"], rtol=1e-5, atol=1e-5)
+    local = np.concatenate([np.asarray(state.client_params["w"]),
+                            np.asarray(state.client_params["b"])[:, None]], axis=1)
+    np.testing.assert_allclose(local, ref["w_local"], rtol=1e-5, atol=1e-5)
+    for got, want in zip(history, ref["history"]):
+        for name in ("train_loss", "divergence", "divergence_all"):
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5,
+                                       err_msg=name)
+
+
+@pytest.mark.parametrize("delta_from", ["global", "start"])
+@pytest.mark.parametrize("beta", [0.0, 0.1, -0.2])
+@pytest.mark.parametrize("clip, wd", [(None, None), (1.0, 1e-3)])
+def test_fedavg_fedinit_match_numpy_reference(linreg_rounds, theta0, delta_from, beta, clip, wd):
+    algo = algorithms.fedinit(linreg_loss, beta=beta, delta_from=delta_from, clip_norm=clip,
+                              weight_decay=wd)
+    state, history = run(algo, theta0, linreg_rounds)
+    ref = simulate("fedavg", theta0, NUM_CLIENTS, linreg_rounds, beta=beta,
+                   delta_from=delta_from, clip=clip, wd=wd)
+    assert_matches(state, history, ref)
+
+
+def test_server_lr_matches_reference(linreg_rounds, theta0):
+    algo = algorithms.fedinit(linreg_loss, beta=0.1, server_lr=0.5)
+    state, history = run(algo, theta0, linreg_rounds)
+    ref = simulate("fedavg", theta0, NUM_CLIENTS, linreg_rounds, beta=0.1, clip=10.0,
+                   wd=1e-3, server_lr=0.5)
+    assert_matches(state, history, ref)
+
+
+def test_delta_from_differs_under_ri(linreg_rounds, theta0):
+    """With beta != 0 the two aggregation rules are different algorithms."""
+    a, _ = run(algorithms.fedinit(linreg_loss, delta_from="global"), theta0, linreg_rounds)
+    b, _ = run(algorithms.fedinit(linreg_loss, delta_from="start"), theta0, linreg_rounds)
+    assert np.max(np.abs(flat(a.params) - flat(b.params))) > 1e-3
+
+
+def test_beta_zero_is_fedavg_exactly(linreg_rounds, theta0):
+    a, ha = run(algorithms.fedavg(linreg_loss), theta0, linreg_rounds)
+    b, hb = run(algorithms.fedinit(linreg_loss, beta=0.0, delta_from="start"), theta0,
+                linreg_rounds)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert ha == hb
+
+
+def test_never_sampled_client_starts_from_relaxed_initial_model(theta0):
+    """Round 2 samples a client never seen: it starts at w + beta (w - w^0)."""
+    starts = []
+
+    def recording_loss(params, batch, key):
+        jax.debug.callback(lambda w: starts.append(np.asarray(w)), params["w"])
+        return linreg_loss(params, batch, key)
+
+    beta = 0.3
+    algo = algorithms.fedinit(recording_loss, beta=beta, execution="sequential")
+    state = algo.init(params_from(theta0), num_clients=4)
+    x = np.ones((1, 1, 2, 3), np.float32)
+    y = np.zeros((1, 1, 2), np.float32)
+    state, _ = algo.apply(state, RoundInput(np.array([0]), (x, y), 0.1), jax.random.key(0))
+    w1 = np.asarray(state.params["w"])
+    starts.clear()
+    algo.apply(state, RoundInput(np.array([3]), (x, y), 0.1), jax.random.key(1))
+    np.testing.assert_allclose(starts[0], w1 + beta * (w1 - theta0[:-1]), rtol=1e-6)
+
+
+@pytest.mark.parametrize("execution, chunk", [("sequential", None), ("chunked", 2)])
+def test_execution_strategies_agree(linreg_rounds, theta0, execution, chunk):
+    ref_state, ref_hist = run(algorithms.fedinit(linreg_loss), theta0, linreg_rounds)
+    state, hist = run(algorithms.fedinit(linreg_loss, execution=execution, chunk_size=chunk),
+                      theta0, linreg_rounds)
+    for x, y in zip(jax.tree.leaves(ref_state), jax.tree.leaves(state)):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-6)
+    for a, b in zip(ref_hist, hist):
+        for k in a:
+            np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=1e-6)
+
+
+def test_one_trace_for_three_rounds_and_stable_state(linreg_rounds, theta0):
+    traces = []
+
+    def counting_loss(params, batch, key):
+        traces.append(1)
+        return linreg_loss(params, batch, key)
+
+    algo = algorithms.fedinit(counting_loss, execution="sequential")
+    state = algo.init(params_from(theta0), num_clients=NUM_CLIENTS)
+    spec = jax.tree.map(lambda x: (x.shape, x.dtype), state)
+    counts = []
+    for t, (ids, xs, ys, lr) in enumerate(linreg_rounds):
+        state, _ = algo.apply(state, RoundInput(ids, (xs, ys), float(lr)), jax.random.key(t))
+        counts.append(len(traces))
+        assert jax.tree.map(lambda x: (x.shape, x.dtype), state) == spec
+    assert counts[0] > 0 and counts[0] == counts[1] == counts[2]  # traced once, in round 1
+
+
+def test_same_seed_bit_identical(linreg_rounds, theta0):
+    a, ha = run(algorithms.fedinit(linreg_loss), theta0, linreg_rounds, seed=3)
+    b, hb = run(algorithms.fedinit(linreg_loss), theta0, linreg_rounds, seed=3)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert ha == hb
+
+
+def test_round_fn_is_pure_and_jittable(linreg_rounds, theta0):
+    algo = algorithms.fedinit(linreg_loss)
+    state = algo.init(params_from(theta0), num_clients=NUM_CLIENTS)
+    ids, xs, ys, lr = linreg_rounds[0]
+    inp = RoundInput(jnp.asarray(ids), (xs, ys), jnp.float32(lr))
+    a, _ = jax.jit(algo.round_fn)(state, inp, jax.random.key(0))
+    b, _ = algo.apply(state, inp, jax.random.key(0))
+    np.testing.assert_array_equal(np.asarray(a.params["w"]), np.asarray(b.params["w"]))
+
+
+# ---------------------------------------------------------------- bad input
+
+def _inp(ids, n=None, k=2, b=4):
+    n = len(ids) if n is None else n
+    return RoundInput(np.array(ids), (np.zeros((n, k, b, 3), np.float32),
+                                      np.zeros((n, k, b), np.float32)), 0.1)
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"beta": float("nan")}, "beta"),
+    ({"beta": float("inf")}, "beta"),
+    ({"delta_from": "local"}, "delta_from"),
+    ({"execution": "pmap"}, "execution"),
+    ({"execution": "chunked", "chunk_size": 0}, "chunk_size"),
+    ({"clip_norm": -1.0}, "clip_norm"),
+    ({"weight_decay": float("nan")}, "weight_decay"),
+    ({"server_lr": 0.0}, "server_lr"),
+])
+def test_bad_builder_arguments(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        algorithms.fedinit(linreg_loss, **kwargs)
+
+
+@pytest.mark.parametrize("inp, field", [
+    (_inp([0, 1, 2, 3, 4, 5, 6]), "N must be <= C"),
+    (_inp([0, 0, 1]), "duplicates"),
+    (_inp([0, 9]), "out of range"),
+    (_inp([-1, 2]), "out of range"),
+    (_inp([0, 1], n=3), "leading axis"),
+    (RoundInput(np.array([0, 1]), (np.zeros((2, 2, 4, 3)), np.zeros((2, 3, 4))), 0.1),
+     "same leading"),
+    (RoundInput(np.array([0, 1]), _inp([0, 1]).batches, float("nan")), "local_lr"),
+    (RoundInput(np.array([[0, 1]]), _inp([0, 1]).batches, 0.1), "client_ids"),
+])
+def test_bad_round_input(theta0, inp, field):
+    traces = []
+
+    def counting_loss(params, batch, key):
+        traces.append(1)
+        return linreg_loss(params, batch, key)
+
+    algo = algorithms.fedinit(counting_loss)
+    state = algo.init(params_from(theta0), num_clients=6)
+    with pytest.raises(ValueError, match=field):
+        algo.apply(state, inp, jax.random.key(0))
+    assert not traces  # rejected before anything was traced or compiled
+
+
+def test_bad_num_clients(theta0):
+    with pytest.raises(ValueError, match="num_clients"):
+        algorithms.fedavg(linreg_loss).init(params_from(theta0), num_clients=0)
