@@ -47,7 +47,7 @@ def sam_gradient(loss_fn, rho) -> Callable:
 
     def gradient(w, batch, key):
         loss, g1 = value_and_grad(w, batch, key)
-        scale = rho / (optax.global_norm(g1) + 1e-7)
+        scale = rho / (optax.tree.norm(g1) + 1e-7)
         w_adv = jax.tree.map(lambda p, g: p + scale * g, w, g1)
         _, g = value_and_grad(w_adv, batch, key)
         return loss, g

@@ -1,0 +1,104 @@
+"""Every baseline against the independent numpy reference; identities; bad hyperparameters."""
+import jax
+import numpy as np
+import optax
+import pytest
+
+from conftest import NUM_CLIENTS, flat, linreg_loss, params_from
+from fedinit_jax import RoundInput, algorithms
+from numpy_reference import simulate
+from test_core import assert_matches, run
+
+# (registry name, library hyperparameters, reference keyword arguments); strengths are
+# large so that a 1% error in any correction term moves the result past the 1e-5 tolerance.
+CASES = [
+    ("fedadam", {"server_lr": 0.1}, {"server_lr": 0.1}),
+    ("fedsam", {"rho": 0.5}, {"rho": 0.5}),
+    ("scaffold", {}, {}),
+    ("feddyn", {"lam": 1.0}, {"lam": 1.0}),
+    ("fedcm", {"alpha": 0.5}, {"alpha": 0.5}),
+    ("fedprox", {"mu": 1.0}, {"mu": 1.0}),
+]
+
+
+@pytest.mark.parametrize("delta_from", ["global", "start"])
+@pytest.mark.parametrize("beta", [0.0, 0.1])
+@pytest.mark.parametrize("name, hparams, ref_kwargs", CASES, ids=[c[0] for c in CASES])
+def test_matches_numpy_reference(linreg_rounds, theta0, name, hparams, ref_kwargs, beta,
+                                 delta_from):
+    algo = algorithms.get(name, linreg_loss, beta=beta, delta_from=delta_from, clip_norm=1.0,
+                          weight_decay=1e-3, **hparams)
+    state, history = run(algo, theta0, linreg_rounds)
+    ref = simulate(name, theta0, NUM_CLIENTS, linreg_rounds, beta=beta, delta_from=delta_from,
+                   clip=1.0, wd=1e-3, **ref_kwargs)
+    assert_matches(state, history, ref)
+    extra = {"scaffold": ("c", "c_i"), "feddyn": (None, "h_i"), "fedcm": ("d", None),
+             "fedadam": (None, None)}.get(name, (None, None))
+    if extra[0]:
+        np.testing.assert_allclose(flat(state.server_extra), ref[extra[0]], atol=1e-5, rtol=1e-5)
+    if extra[1]:
+        got = np.concatenate([np.asarray(state.client_extra["w"]),
+                              np.asarray(state.client_extra["b"])[:, None]], axis=1)
+        np.testing.assert_allclose(got, ref[extra[1]], atol=1e-5, rtol=1e-5)
+    if name == "fedadam":
+        m, v = state.server_opt_state[0]
+        np.testing.assert_allclose(flat(m), -ref["m"], atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(flat(v), ref["v"], atol=1e-6, rtol=1e-5)
+
+
+def _assert_same(a, b, atol=0.0):
+    np.testing.assert_allclose(flat(a.params), flat(b.params), rtol=0, atol=atol)
+    for x, y in zip(jax.tree.leaves(a.client_params), jax.tree.leaves(b.client_params)):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize("name, hparams", [
+    ("fedsam", {"rho": 0.0}), ("fedprox", {"mu": 0.0}), ("fedcm", {"alpha": 1.0})])
+@pytest.mark.parametrize("beta", [0.0, 0.1])
+def test_zero_strength_equals_fedavg(linreg_rounds, theta0, name, hparams, beta):
+    ref, _ = run(algorithms.fedavg(linreg_loss, beta=beta), theta0, linreg_rounds)
+    got, _ = run(algorithms.get(name, linreg_loss, beta=beta, **hparams), theta0, linreg_rounds)
+    _assert_same(ref, got, atol=1e-7)
+
+
+def test_fedadam_with_sgd1_server_is_fedavg(linreg_rounds, theta0):
+    """FedAdam is FedAvg with an optax server optimizer: swapping in sgd(1) gives FedAvg."""
+    ref, _ = run(algorithms.fedavg(linreg_loss, beta=0.1), theta0, linreg_rounds)
+    got, _ = run(algorithms.fedavg(linreg_loss, beta=0.1, server_optimizer=optax.sgd(1.0)),
+                 theta0, linreg_rounds)
+    _assert_same(ref, got)
+
+
+def test_scaffold_first_round_equals_fedavg(linreg_rounds, theta0):
+    one_round = linreg_rounds[:1]
+    ref, _ = run(algorithms.fedavg(linreg_loss), theta0, one_round)
+    got, _ = run(algorithms.scaffold(linreg_loss), theta0, one_round)
+    _assert_same(ref, got, atol=1e-7)
+    later, _ = run(algorithms.scaffold(linreg_loss), theta0, linreg_rounds)
+    ref_later, _ = run(algorithms.fedavg(linreg_loss), theta0, linreg_rounds)
+    assert np.max(np.abs(flat(later.params) - flat(ref_later.params))) > 1e-4
+
+
+@pytest.mark.parametrize("name, bad", [
+    ("fedsam", {"rho": -0.1}), ("fedcm", {"alpha": 1.5}), ("fedcm", {"alpha": -0.1}),
+    ("feddyn", {"lam": -1.0}), ("fedprox", {"mu": -0.01}), ("fedadam", {"b1": 1.0}),
+    ("fedadam", {"eps": 0.0}), ("fedadam", {"server_lr": -0.1}), ("fedsam", {"rho": float("nan")}),
+])
+def test_bad_hyperparameters(name, bad):
+    field = next(iter(bad))
+    with pytest.raises(ValueError, match=field):
+        algorithms.get(name, linreg_loss, **bad)
+
+
+def test_unknown_algorithm():
+    with pytest.raises(ValueError, match="registered: fedavg"):
+        algorithms.get("fedfoo", linreg_loss)
+
+
+def test_every_registered_name_takes_beta_and_delta_from(linreg_rounds, theta0):
+    ids, xs, ys, lr = linreg_rounds[0]
+    for name in algorithms.REGISTRY:
+        algo = algorithms.get(name, linreg_loss, beta=0.1, delta_from="start")
+        state = algo.init(params_from(theta0), num_clients=NUM_CLIENTS)
+        state, _ = algo.apply(state, RoundInput(ids, (xs, ys), lr), jax.random.key(0))
+        assert float(state.beta) == pytest.approx(0.1)
