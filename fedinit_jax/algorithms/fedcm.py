@@ -30,7 +30,7 @@ def correction(alpha: float) -> Correction:
         return jax.tree.map(lambda g, d: alpha * g + (1 - alpha) * d, g, ctx.server_extra)
 
     return Correction(init_server=_zeros, gradient=gradient, server_update=_server_update,
-                      costs=Costs(down=("w", "d"), server_state=("d",)))
+                      costs=Costs(down=("w", "d"), server_state=("d",), client_work=("d",)))
 
 
 def fedcm(loss_fn, *, alpha: float = 0.1, **options):

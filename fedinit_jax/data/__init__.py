@@ -1,0 +1,12 @@
+"""Data: TFDS loading (no TensorFlow), partitioners, heterogeneity noises, client shards,
+per-round inputs and on-device augmentation. Everything but augmentation is host numpy."""
+from fedinit_jax.data.augment import augment, normalize
+from fedinit_jax.data.embedded import load_digits
+from fedinit_jax.data.partition import dirichlet, iid, pathological, save_heatmap, summarize
+from fedinit_jax.data.shards import (ClientShards, build_shards, round_batches, sample_clients,
+                                     steps_per_epoch)
+from fedinit_jax.data.tfds_source import load
+
+__all__ = ["augment", "normalize", "load_digits", "dirichlet", "iid", "pathological",
+           "save_heatmap", "summarize", "ClientShards", "build_shards", "round_batches",
+           "sample_clients", "steps_per_epoch", "load"]

@@ -1,0 +1,61 @@
+"""Client shards and the per-round input.
+
+Shards: dense uint8 images [C, S, H, W, ch] and int32 labels [C, S], built once from a
+partition's [C, S] indices (noises applied then).
+
+Round input: for the N sampled clients, K = epochs * (S // B) minibatches each, shaped
+[N, K, B, ...]. Every local epoch reshuffles the client's shard; when S is not a multiple of B
+the last S % B samples of each epoch's shuffle are dropped (different ones every epoch), so
+shapes are static for the whole run and the round compiles once. S < B is an error.
+"""
+from typing import NamedTuple
+
+import numpy as np
+
+from fedinit_jax.data.noise import apply_noises
+
+
+class ClientShards(NamedTuple):
+    images: np.ndarray  # [C, S, H, W, ch] uint8
+    labels: np.ndarray  # [C, S] int32
+
+
+def build_shards(images, labels, indices, *, num_classes: int, client_noise: float = 0.0,
+                 category_noise: float = 0.0, seed: int = 0) -> ClientShards:
+    """Gather a partition's [C, S] indices into dense shards and apply the noises once."""
+    shard_images = images[indices]
+    shard_labels = labels[indices].astype(np.int32)
+    shard_images = apply_noises(shard_images, shard_labels, client_strength=client_noise,
+                                category_strength=category_noise, num_classes=num_classes,
+                                seed=seed)
+    return ClientShards(shard_images, shard_labels)
+
+
+def steps_per_epoch(shard_size: int, batch_size: int) -> int:
+    """S // B local steps per epoch; ValueError if a shard cannot fill one batch."""
+    if batch_size < 1 or batch_size > shard_size:
+        raise ValueError(f"batch_size={batch_size} must be in [1, {shard_size}] (the shard size)")
+    return shard_size // batch_size
+
+
+def sample_clients(rng: np.random.Generator, num_clients: int, per_round: int) -> np.ndarray:
+    """A uniform sample of `per_round` distinct clients, sorted (int32 [N])."""
+    if not 1 <= per_round <= num_clients:
+        raise ValueError(f"clients per round={per_round} must be in [1, {num_clients}]")
+    return np.sort(rng.choice(num_clients, size=per_round, replace=False)).astype(np.int32)
+
+
+def round_batches(shards: ClientShards, client_ids, *, epochs: int, batch_size: int,
+                  rng: np.random.Generator):
+    """(images [N, K, B, H, W, ch] uint8, labels [N, K, B] int32) for the sampled clients."""
+    size = shards.labels.shape[1]
+    steps = steps_per_epoch(size, batch_size)
+    order = np.stack([
+        np.concatenate([rng.permutation(size)[: steps * batch_size] for _ in range(epochs)])
+        for _ in client_ids])  # [N, epochs * steps * B]
+    rows = np.asarray(client_ids)[:, None]
+    images = shards.images[rows, order]
+    labels = shards.labels[rows, order]
+    k = epochs * steps
+    return (images.reshape(len(client_ids), k, batch_size, *images.shape[2:]),
+            labels.reshape(len(client_ids), k, batch_size))

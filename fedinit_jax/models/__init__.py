@@ -1,0 +1,58 @@
+"""Models as pure (init, apply) pairs; algorithms never see flax.
+
+    model = models.get("cnn", num_classes=10)
+    params = model.init(key, (32, 32, 3))
+    logits = model.apply(params, images)        # images [B, H, W, C] float32
+"""
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from fedinit_jax.models.cnn import CNN
+from fedinit_jax.models.resnet import ResNet18GN
+from fedinit_jax.models.vgg import VGG11Net
+
+
+class Model(NamedTuple):
+    init: Callable   # (key, input_shape [H, W, C]) -> params
+    apply: Callable  # (params, images [B, H, W, C]) -> logits [B, classes]
+
+
+_MODULES = {
+    "cnn": lambda n, **kw: CNN(num_classes=n, **kw),
+    "resnet18_gn": lambda n, **kw: ResNet18GN(num_classes=n, imagenet_stem=True, **kw),
+    "resnet18_gn_cifar": lambda n, **kw: ResNet18GN(num_classes=n, imagenet_stem=False, **kw),
+    "vgg11": lambda n, **kw: VGG11Net(num_classes=n, **kw),
+}
+NAMES = tuple(_MODULES)
+
+
+def get(name: str, num_classes: int, **kwargs) -> Model:
+    """The model `name` (one of NAMES) as a pure (init, apply) pair."""
+    if name not in _MODULES:
+        raise ValueError(f"model={name!r} is unknown; available: {', '.join(NAMES)}")
+    if not isinstance(num_classes, int) or num_classes < 2:
+        raise ValueError(f"num_classes={num_classes!r} must be an int >= 2")
+    module = _MODULES[name](num_classes, **kwargs)
+
+    def init(key, input_shape):
+        return module.init(key, jnp.zeros((1, *input_shape), jnp.float32))["params"]
+
+    def apply(params, images):
+        return module.apply({"params": params}, images)
+
+    return Model(init, apply)
+
+
+def num_params(params) -> int:
+    """Number of scalar parameters."""
+    return sum(int(x.size) for x in jax.tree.leaves(params))
+
+
+def forward_flops(model: Model, params, input_shape) -> float:
+    """Forward FLOPs per example, from XLA's cost analysis of one compiled example."""
+    x = jnp.zeros((1, *input_shape), jnp.float32)
+    cost = jax.jit(model.apply).lower(params, x).compile().cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    return float(cost["flops"])

@@ -1,0 +1,29 @@
+"""VGG-11 for 32x32 inputs, the common FL variant (as in FedNova / FedMA code bases).
+
+Features: conv3x3 [64, M, 128, M, 256, 256, M, 512, 512, M, 512, 512, M], ReLU, no
+normalisation (no BatchNorm anywhere in this library); classifier 512-512-512-classes with
+ReLU. The reference's dropout layers are left out so that params are the only state and a
+round is deterministic given its key. 9,750,922 parameters for 10 classes.
+"""
+import flax.linen as nn
+
+KAIMING_FAN_OUT = nn.initializers.variance_scaling(2.0, "fan_out", "normal")
+TORCH_DEFAULT = nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
+VGG11 = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
+
+
+class VGG11Net(nn.Module):
+    num_classes: int = 10
+
+    @nn.compact
+    def __call__(self, x):
+        for layer in VGG11:
+            if layer == "M":
+                x = nn.max_pool(x, (2, 2), strides=(2, 2))
+            else:
+                x = nn.relu(nn.Conv(layer, (3, 3), padding=((1, 1), (1, 1)),
+                                    kernel_init=KAIMING_FAN_OUT)(x))
+        x = x.reshape(x.shape[0], -1)
+        for _ in range(2):
+            x = nn.relu(nn.Dense(512, kernel_init=TORCH_DEFAULT)(x))
+        return nn.Dense(self.num_classes, kernel_init=TORCH_DEFAULT)(x)
