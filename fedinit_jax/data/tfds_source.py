@@ -24,40 +24,42 @@ def _data_dir(data_dir):
     return data_dir or os.environ.get("TFDS_DATA_DIR")
 
 
-def _builder(name, data_dir, download):
+def _source(name, split, data_dir, download):
+    """The builder and an array_record data source of one split, or a clear error."""
     import tensorflow_datasets as tfds  # heavy import, only when a TFDS dataset is asked for
 
     try:
         builder = tfds.builder(name, data_dir=data_dir)
-    except Exception as err:  # unknown names raise DatasetNotFoundError and friends
-        raise ValueError(f"dataset={name!r} is not a TFDS dataset ({err})") from None
-    if not builder.is_prepared() and not download:
-        tried = data_dir or builder.data_dir
+    except tfds.core.registered.DatasetNotFoundError:
+        raise ValueError(f"dataset={name!r} is not a TFDS dataset name") from None
+    if download:
+        builder.download_and_prepare()
+    try:
+        return builder, builder.as_data_source(split=split)
+    except Exception as err:  # not prepared (AssertionError) or an unknown split
+        known = list(builder.info.splits)
+        if known and split not in known:
+            raise ValueError(f"split={split!r} is not in {name}; available: "
+                             f"{', '.join(known)}") from None
+        why = (f"cannot read it: {err}" if os.path.isdir(builder.data_dir)
+               else f"{builder.data_dir} does not exist")
         raise FileNotFoundError(
-            f"dataset {name!r} is not prepared in the TFDS data dir {tried!r} "
-            f"(looked for {builder.data_dir}). Point TFDS_DATA_DIR (or data_dir=) at a "
-            "prepared TFDS data dir, e.g. TFDS_DATA_DIR=../shared/tfds for CIFAR-10 here, "
-            "or pass download=True on a machine with internet.")
-    return builder
+            f"dataset {name!r} split {split!r} is not prepared in the TFDS data dir "
+            f"{data_dir or '(TFDS default)'} ({why}). Point "
+            "TFDS_DATA_DIR (or data_dir=) at a prepared TFDS data dir, e.g. "
+            "TFDS_DATA_DIR=../shared/tfds for CIFAR-10 here, or pass download=True on a "
+            "machine with internet.") from None
 
 
 def load(name: str, split: str, *, data_dir=None, cache_dir=None, download: bool = False):
     """A whole split as (images uint8 [n, H, W, C], labels int32 [n]) and its num_classes."""
-    data_dir = _data_dir(data_dir)
-    builder = _builder(name, data_dir, download)
-    if download and not builder.is_prepared():
-        builder.download_and_prepare()
-    if split not in builder.info.splits:
-        raise ValueError(f"split={split!r} is not in {name}; available: "
-                         f"{', '.join(builder.info.splits)}")
+    builder, source = _source(name, split, _data_dir(data_dir), download)
     num_classes = builder.info.features["label"].num_classes
     key = f"{builder.info.name}-{builder.info.version}-{split}"
     cache = os.path.join(_cache_dir(cache_dir), key)
     if os.path.exists(cache + ".labels.npy"):
         return np.load(cache + ".images.npy"), np.load(cache + ".labels.npy"), num_classes
-    source = builder.as_data_source(split=split)
-    n = len(source)
-    rows = source.__getitems__(list(range(n)))
+    rows = [source[i] for i in range(len(source))]
     images = np.stack([np.asarray(r["image"], np.uint8) for r in rows])
     labels = np.asarray([r["label"] for r in rows], np.int32)
     check_split(images, labels, num_classes, f"{key} in {builder.data_dir}")

@@ -1,0 +1,35 @@
+"""Models: parameter counts pinned to the reference, output shapes, bad names."""
+import jax
+import jax.numpy as jnp
+import pytest
+
+from fedinit_jax import models
+
+EXPECTED = {"cnn": 797_962, "resnet18_gn": 11_181_642, "resnet18_gn_cifar": 11_173_962,
+            "vgg11": 9_750_922}
+
+
+@pytest.mark.parametrize("name", models.NAMES)
+def test_param_counts_and_shapes(name):
+    model = models.get(name, num_classes=10)
+    params = jax.eval_shape(lambda k: model.init(k, (32, 32, 3)), jax.random.key(0))
+    assert models.num_params(params) == EXPECTED[name]
+    logits = jax.eval_shape(model.apply, params, jnp.zeros((3, 32, 32, 3)))
+    assert logits.shape == (3, 10)
+
+
+def test_cnn_forward_and_flops():
+    model = models.get("cnn", num_classes=100)
+    params = model.init(jax.random.key(0), (32, 32, 3))
+    assert model.apply(params, jnp.zeros((2, 32, 32, 3))).shape == (2, 100)
+    flops = models.forward_flops(model, params, (32, 32, 3))
+    # conv1 28*28*5*5*3*64 + conv2 10*10*5*5*64*64 + dense layers, 2 FLOPs per MAC
+    macs = 28 * 28 * 75 * 64 + 10 * 10 * 1600 * 64 + 1600 * 384 + 384 * 192 + 192 * 100
+    assert 2 * macs <= flops <= 2 * macs * 1.1
+
+
+def test_unknown_model():
+    with pytest.raises(ValueError, match="available: cnn"):
+        models.get("resnet50", num_classes=10)
+    with pytest.raises(ValueError, match="num_classes"):
+        models.get("cnn", num_classes=1)
