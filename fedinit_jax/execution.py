@@ -12,6 +12,13 @@ from jax import lax
 STRATEGIES = ("vmap", "sequential", "chunked")
 
 
+def resolve(execution: str) -> str:
+    """'auto' -> 'sequential' on CPU (grouped convs are slow there), else 'vmap'."""
+    if execution != "auto":
+        return execution
+    return "sequential" if jax.default_backend() == "cpu" else "vmap"
+
+
 def check_strategy(execution: str, chunk_size) -> None:
     """ValueError unless `execution` names a strategy and chunk_size fits it."""
     if execution not in STRATEGIES:

@@ -6,7 +6,7 @@ import pytest
 from fedinit_jax import models
 
 EXPECTED = {"cnn": 797_962, "resnet18_gn": 11_181_642, "resnet18_gn_cifar": 11_173_962,
-            "vgg11": 9_750_922}
+            "vgg11": 9_750_922, "mlp": 3072 * 128 + 128 + 128 * 128 + 128 + 128 * 10 + 10}
 
 
 @pytest.mark.parametrize("name", models.NAMES)

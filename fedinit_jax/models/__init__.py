@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from fedinit_jax.models.cnn import CNN
+from fedinit_jax.models.mlp import MLP
 from fedinit_jax.models.resnet import ResNet18GN
 from fedinit_jax.models.vgg import VGG11Net
 
@@ -24,7 +25,9 @@ _MODULES = {
     "resnet18_gn": lambda n, **kw: ResNet18GN(num_classes=n, imagenet_stem=True, **kw),
     "resnet18_gn_cifar": lambda n, **kw: ResNet18GN(num_classes=n, imagenet_stem=False, **kw),
     "vgg11": lambda n, **kw: VGG11Net(num_classes=n, **kw),
+    "mlp": lambda n, **kw: MLP(num_classes=n, **kw),
 }
+WIDTH_MODELS = ("cnn", "mlp")  # models that take a `width` multiplier
 NAMES = tuple(_MODULES)
 
 

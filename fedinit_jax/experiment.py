@@ -1,0 +1,186 @@
+"""An experiment from a flat config: validation in one place, then data, model and algorithm.
+
+`validate(config)` checks every field (types, ranges, names, cross-field rules) and raises
+ValueError("config.<field>=...: what is allowed") before anything is loaded or compiled.
+`build(config)` returns the Experiment the host loop (simulation.py) runs. The config is any
+mapping with the keys of experiments/configs/default.py (an ml_collections ConfigDict there).
+"""
+import inspect
+import math
+from typing import Any, Callable, NamedTuple
+
+import jax
+import numpy as np
+
+from fedinit_jax import algorithms, data, execution, models, tasks
+from fedinit_jax.types import FederatedAlgorithm
+
+PARTITIONS = ("iid", "dirichlet", "pathological")
+EMBEDDED = {"digits": data.load_digits}
+# per-channel statistics used to normalise (from the training splits)
+CHANNEL_STATS = {
+    "cifar10": ([0.4914, 0.4822, 0.4465], [0.2470, 0.2435, 0.2616]),
+    "cifar100": ([0.5071, 0.4865, 0.4409], [0.2673, 0.2564, 0.2762]),
+}
+# algorithm hyperparameters a config may set (None = the registry's default)
+HPARAMS = ("beta", "server_lr", "rho", "lam", "alpha", "mu")
+OPTIONS = ("delta_from", "weight_decay", "clip_norm")
+
+
+class Experiment(NamedTuple):
+    shards: data.ClientShards
+    evaluate: Callable      # params -> {'test_accuracy', 'test_loss'}
+    algorithm: FederatedAlgorithm
+    init_params: Any
+    num_classes: int
+    clients_per_round: int
+    steps_per_round: int
+
+
+def _fail(field, value, allowed):
+    raise ValueError(f"config.{field}={value!r}: {allowed}")
+
+
+def _number(config, field, low=None, high=None, low_open=False, integer=False, optional=False):
+    value = config[field]
+    if value is None and optional:
+        return
+    kind = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value):
+        _fail(field, value, f"must be a finite {'int' if integer else 'number'}")
+    if low is not None and (value <= low if low_open else value < low):
+        _fail(field, value, f"must be {'>' if low_open else '>='} {low}")
+    if high is not None and value > high:
+        _fail(field, value, f"must be <= {high}")
+
+
+def accepted_hparams(name: str) -> set:
+    """Keyword arguments the registered builder `name` takes (its own and FedAvg's)."""
+    own = inspect.signature(algorithms.REGISTRY[name].builder).parameters
+    shared = inspect.signature(algorithms.fedavg).parameters
+    return (set(own) | set(shared)) - {"loss_fn", "options", "correction", "gradient",
+                                       "server_optimizer", "execution", "chunk_size"}
+
+
+def validate(config) -> None:
+    """ValueError naming the first bad field; checks what can be checked without data."""
+    if config["algorithm"] not in algorithms.REGISTRY:
+        _fail("algorithm", config["algorithm"], f"registered: {', '.join(algorithms.REGISTRY)}")
+    if config["model"] not in models.NAMES:
+        _fail("model", config["model"], f"available: {', '.join(models.NAMES)}")
+    if not isinstance(config["dataset"], str) or not config["dataset"]:
+        _fail("dataset", config["dataset"], "must name a dataset ('digits' or a TFDS name)")
+    if config["partition"] not in PARTITIONS:
+        _fail("partition", config["partition"], f"allowed: {', '.join(PARTITIONS)}")
+    if config["delta_from"] not in ("global", "start"):
+        _fail("delta_from", config["delta_from"], "allowed: global, start")
+    if config["execution"] not in execution.STRATEGIES + ("auto",):
+        _fail("execution", config["execution"], f"allowed: auto, {', '.join(execution.STRATEGIES)}")
+    for field in ("seed",):
+        _number(config, field, 0, integer=True)
+    for field in ("rounds", "num_clients", "local_epochs", "batch_size", "eval_every",
+                  "keep_checkpoints"):
+        _number(config, field, 1, integer=True)
+    _number(config, "checkpoint_every", 0, integer=True)
+    _number(config, "participation", 0.0, 1.0, low_open=True)
+    _number(config, "local_lr", 0.0, low_open=True)
+    _number(config, "lr_decay", 0.0, 1.0, low_open=True, optional=True)
+    _number(config, "dirichlet_alpha", 0.0, low_open=True)
+    _number(config, "classes_per_client", 1, integer=True)
+    for field in ("client_noise", "category_noise", "weight_decay", "clip_norm"):
+        _number(config, field, 0.0)
+    _number(config, "model_width", 0.0, low_open=True)
+    if config["model_width"] != 1.0 and config["model"] not in models.WIDTH_MODELS:
+        _fail("model_width", config["model_width"],
+              f"only {', '.join(models.WIDTH_MODELS)} take a width; keep 1.0 for {config['model']}")
+    if config["execution"] == "chunked":
+        _number(config, "chunk_size", 1, integer=True)
+    accepted = accepted_hparams(config["algorithm"])
+    for field in HPARAMS:
+        if config[field] is None:
+            continue
+        _number(config, field)
+        if field not in accepted:
+            _fail(field, config[field], f"is not a hyperparameter of {config['algorithm']} "
+                  f"(it takes {', '.join(sorted(accepted & set(HPARAMS)))})")
+    if round(config["participation"] * config["num_clients"]) < 1:
+        _fail("participation", config["participation"],
+              f"samples no client of {config['num_clients']}: needs participation * "
+              "num_clients >= 0.5")
+
+
+def clients_per_round(config) -> int:
+    return max(1, int(round(config["participation"] * config["num_clients"])))
+
+
+def load_split(config, split):
+    """(images, labels, num_classes) of the configured dataset's split."""
+    name = config["dataset"]
+    if name in EMBEDDED:
+        return EMBEDDED[name](split)
+    return data.load(name, split, data_dir=config["data_dir"] or None,
+                     cache_dir=config["cache_dir"] or None)
+
+
+def _partition(config, labels):
+    c, seed = config["num_clients"], config["seed"]
+    if config["partition"] == "iid":
+        return data.iid(labels, c, seed)
+    if config["partition"] == "dirichlet":
+        return data.dirichlet(labels, c, config["dirichlet_alpha"], seed)
+    return data.pathological(labels, c, config["classes_per_client"], seed)
+
+
+def algorithm_kwargs(config) -> dict:
+    """The builder arguments the config sets (unset hyperparameters keep their defaults)."""
+    kwargs = {f: config[f] for f in HPARAMS if config[f] is not None}
+    kwargs.update({f: config[f] for f in OPTIONS})
+    kwargs["execution"] = execution.resolve(config["execution"])
+    if kwargs["execution"] == "chunked":
+        kwargs["chunk_size"] = config["chunk_size"]
+    return kwargs
+
+
+def build(config) -> Experiment:
+    """Load and split the data, build the model, the loss and the algorithm."""
+    validate(config)
+    train_x, train_y, num_classes = load_split(config, "train")
+    test_x, test_y, _ = load_split(config, "test")
+    if config["num_clients"] > len(train_y):
+        _fail("num_clients", config["num_clients"],
+              f"more clients than the {len(train_y)} training samples")
+    if config["partition"] == "pathological" and config["classes_per_client"] > num_classes:
+        _fail("classes_per_client", config["classes_per_client"],
+              f"{config['dataset']} has only {num_classes} classes")
+    shard_size = len(train_y) // config["num_clients"]
+    if config["batch_size"] > shard_size:
+        _fail("batch_size", config["batch_size"],
+              f"must be <= the shard size {shard_size} ({len(train_y)} samples / "
+              f"{config['num_clients']} clients)")
+    indices = _partition(config, train_y)
+    shards = data.build_shards(train_x, train_y, indices, num_classes=num_classes,
+                               client_noise=config["client_noise"],
+                               category_noise=config["category_noise"], seed=config["seed"])
+    mean, std = CHANNEL_STATS.get(config["dataset"]) or _channel_stats(train_x)
+    model = models.get(config["model"], num_classes,
+                       **({"width": config["model_width"]}
+                          if config["model"] in models.WIDTH_MODELS else {}))
+    init_params = model.init(jax.random.key(config["seed"]), train_x.shape[1:])
+    loss_fn = tasks.classification_loss(model.apply, mean, std, augment=config["augment"])
+    algo = algorithms.get(config["algorithm"], loss_fn, **algorithm_kwargs(config))
+    evaluate = tasks.make_evaluator(model.apply, test_x, test_y, mean, std)
+    steps = config["local_epochs"] * data.steps_per_epoch(shard_size, config["batch_size"])
+    return Experiment(shards, evaluate, algo, init_params, num_classes,
+                      clients_per_round(config), steps)
+
+
+def _channel_stats(images):
+    x = images.astype(np.float64) / 255.0
+    return list(x.mean((0, 1, 2))), list(np.maximum(x.std((0, 1, 2)), 1e-3))
+
+
+def local_lr_decay(config) -> float:
+    """The configured decay, else the algorithm's paper default (FedDyn 0.9995, else 0.998)."""
+    if config["lr_decay"] is not None:
+        return config["lr_decay"]
+    return algorithms.REGISTRY[config["algorithm"]].local_lr_decay

@@ -1,0 +1,178 @@
+"""The host loop: sample clients, build the round input, run the jit-compiled round,
+evaluate, log, checkpoint; resume exactly where a killed run stopped.
+
+Per round t (0-based), everything random is derived from (seed, t):
+    client ids   np.random.default_rng([seed, 1, t])   uniform, without replacement
+    batch order  np.random.default_rng([seed, 2, t])   each local epoch reshuffles
+    PRNG key     fold_in(key(seed), t)                  split per client, then per step
+    local lr     eta_l * decay ** t
+so a resumed run recomputes rounds after its last checkpoint bit for bit.
+
+Outputs in the workdir: config.json (the resolved config), metrics.jsonl (one JSON object per
+round, flushed each round), TensorBoard events under tb/, checkpoints/ (orbax).
+"""
+import json
+import math
+import os
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedinit_jax import data, experiment
+from fedinit_jax.checkpoint import Checkpointer
+from fedinit_jax.types import RoundInput
+
+TIMING_FIELDS = ("train_seconds", "eval_seconds")
+RESUMABLE_CHANGES = ("rounds",)  # fields that may differ when a run is resumed (extended)
+
+
+class DivergenceError(RuntimeError):
+    """A round produced a non-finite loss or parameters."""
+
+
+def prepare_workdir(workdir: str, config: dict) -> None:
+    """Create the workdir, prove it is writable, and refuse a workdir of another config."""
+    try:
+        os.makedirs(workdir, exist_ok=True)
+        probe = os.path.join(workdir, f".write_test_{os.getpid()}")
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.remove(probe)
+    except OSError as err:
+        raise ValueError(f"workdir={workdir!r} is not writable: {err.strerror}") from None
+    path = os.path.join(workdir, "config.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            saved = json.load(f)
+        diff = sorted(k for k in set(saved) | set(config)
+                      if k not in RESUMABLE_CHANGES and saved.get(k) != config.get(k))
+        if diff:
+            details = ", ".join(f"{k}: {saved.get(k)!r} -> {config.get(k)!r}" for k in diff)
+            raise ValueError(f"workdir={workdir!r} holds a run of a different config "
+                             f"({details}); use a new workdir or the same config to resume")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(config, f, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def read_metrics(workdir: str, upto_round=None) -> list[dict]:
+    """Complete rows of metrics.jsonl (optionally only rounds <= upto_round)."""
+    path = os.path.join(workdir, "metrics.jsonl")
+    rows = []
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    break  # a line cut by a kill: it and anything after are recomputed
+                if upto_round is None or row["round"] <= upto_round:
+                    rows.append(row)
+    return rows
+
+
+def _rewrite_metrics(workdir, rows):
+    path = os.path.join(workdir, "metrics.jsonl")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    os.replace(tmp, path)
+
+
+@jax.jit
+def _all_finite(tree):
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
+
+
+def _progress(total, initial, enabled):
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, unit="round", dynamic_ncols=True)
+
+
+def run(config: dict, workdir: str, *, log=print, progress=None) -> list[dict]:
+    """Train (or resume) the configured experiment; returns all metrics rows."""
+    exp = experiment.build(config)  # validates first; loads data; nothing written yet
+    prepare_workdir(workdir, config)
+    algo = exp.algorithm
+    state = algo.init(exp.init_params, num_clients=config["num_clients"])
+    checkpointer = Checkpointer(workdir, keep=config["keep_checkpoints"])
+    start = checkpointer.latest_round() or 0
+    if start:
+        state = checkpointer.restore(state)
+        log(f"resumed from the checkpoint after round {start}")
+    rows = read_metrics(workdir, upto_round=start)
+    _rewrite_metrics(workdir, rows)
+    decay = experiment.local_lr_decay(config)
+    seed, rounds = config["seed"], config["rounds"]
+    root_key = jax.random.fold_in(jax.random.key(seed), 1)
+    from tensorboardX import SummaryWriter
+
+    writer = SummaryWriter(os.path.join(workdir, "tb"))
+    bar = _progress(rounds, start, sys.stderr.isatty() if progress is None else progress)
+    metrics_file = open(os.path.join(workdir, "metrics.jsonl"), "a")
+    last_accuracy = rows[-1].get("test_accuracy") if rows else None
+    try:
+        for t in range(start, rounds):
+            t0 = time.perf_counter()
+            ids = data.sample_clients(np.random.default_rng([seed, 1, t]),
+                                      config["num_clients"], exp.clients_per_round)
+            batches = data.round_batches(exp.shards, ids, epochs=config["local_epochs"],
+                                         batch_size=config["batch_size"],
+                                         rng=np.random.default_rng([seed, 2, t]))
+            lr = np.float32(config["local_lr"] * decay ** t)
+            new_state, metrics = algo.apply(state, RoundInput(ids, batches, lr),
+                                            jax.random.fold_in(root_key, t))
+            metrics = {k: float(v) for k, v in metrics.items()}
+            if not (math.isfinite(metrics["train_loss"]) and bool(_all_finite(new_state.params))):
+                raise DivergenceError(
+                    f"round {t + 1}: non-finite {'train loss' if not math.isfinite(metrics['train_loss']) else 'parameters'}"
+                    f" (train_loss={metrics['train_loss']}); likely beta={float(state.beta)} or "
+                    f"local_lr={float(lr):.4g} is too large. The last good checkpoint "
+                    f"(round {checkpointer.latest_round() or 0}) and metrics.jsonl are kept.")
+            state = new_state
+            row = {"round": t + 1, **metrics, "local_lr": float(lr),
+                   "train_seconds": time.perf_counter() - t0}
+            if (t + 1) % config["eval_every"] == 0 or t + 1 == rounds:
+                t1 = time.perf_counter()
+                row.update({k: float(v) for k, v in exp.evaluate(state.params).items()})
+                row["eval_seconds"] = time.perf_counter() - t1
+                last_accuracy = row["test_accuracy"]
+            metrics_file.write(json.dumps(row) + "\n")
+            metrics_file.flush()
+            for k, v in row.items():
+                if k != "round":
+                    writer.add_scalar(k, v, t + 1)
+            rows.append(row)
+            if bar is not None:
+                bar.set_postfix(acc=f"{last_accuracy:.4f}" if last_accuracy is not None else "-",
+                                loss=f"{row['train_loss']:.4f}")
+                bar.update(1)
+            else:
+                log(_line(row))
+            every = config["checkpoint_every"]
+            if (every and (t + 1) % every == 0) or t + 1 == rounds:
+                checkpointer.save(t + 1, state)
+    finally:
+        metrics_file.close()
+        writer.close()
+        checkpointer.close()
+        if bar is not None:
+            bar.close()
+    return rows
+
+
+def _line(row):
+    parts = [f"round {row['round']:4d}", f"train_loss {row['train_loss']:.4f}",
+             f"divergence {row['divergence']:.4g}", f"lr {row['local_lr']:.4g}",
+             f"{row['train_seconds']:.2f}s"]
+    if "test_accuracy" in row:
+        parts.insert(1, f"test_accuracy {row['test_accuracy']:.4f}")
+    return "  ".join(parts)

@@ -1,0 +1,112 @@
+"""The experiment binary end to end: metrics fields, exact resume after SIGKILL, bad input."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIMING = ("train_seconds", "eval_seconds")
+TINY = ["--config.rounds=3", "--config.num_clients=8", "--config.participation=0.5",
+        "--config.local_epochs=1", "--config.eval_every=2", "--config.checkpoint_every=1"]
+
+
+def train(workdir, *overrides, wait=True):
+    cmd = [sys.executable, "-m", "experiments.train", "--config",
+           "experiments/configs/default.py", f"--workdir={workdir}", *overrides]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    if not wait:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def rows(workdir):
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def without_timing(rs):
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in rs]
+
+
+def test_end_to_end_metrics_fields(tmp_path):
+    result = train(tmp_path, *TINY)
+    assert result.returncode == 0, result.stderr
+    got = rows(tmp_path)
+    assert [r["round"] for r in got] == [1, 2, 3]
+    every = {"round", "train_loss", "divergence", "divergence_all", "local_lr", "train_seconds"}
+    evaluated = every | {"test_accuracy", "test_loss", "eval_seconds"}
+    assert set(got[0]) == every and set(got[1]) == evaluated and set(got[2]) == evaluated
+    assert 0.0 <= got[2]["test_accuracy"] <= 1.0 and got[2]["test_loss"] > 0
+    assert got[1]["local_lr"] == pytest.approx(0.1 * 0.998)
+    assert json.load(open(tmp_path / "config.json"))["rounds"] == 3
+    assert any(f.startswith("events.out.tfevents") for f in os.listdir(tmp_path / "tb"))
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["2", "3"]  # keep_checkpoints=2
+    assert "final test_accuracy" in result.stdout
+
+
+def test_sigkill_then_resume_is_bit_identical(tmp_path):
+    slow = [*TINY[1:], "--config.rounds=8", "--config.local_epochs=40"]
+    reference = tmp_path / "reference"
+    assert train(reference, *slow).returncode == 0
+    killed = tmp_path / "killed"
+    proc = train(killed, *slow, wait=False)
+    metrics = killed / "metrics.jsonl"
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done = len(rows(killed))
+    assert 2 <= done < 8, f"the kill landed after {done} rounds; the test needs a mid-run kill"
+    resumed = train(killed, *slow)
+    assert resumed.returncode == 0, resumed.stderr
+    assert without_timing(rows(killed)) == without_timing(rows(reference))
+
+
+@pytest.mark.parametrize("flag, field", [
+    ("--config.no_such_key=1", "unknown config key"),
+    ("--config.algorithm=fedfoo", "config.algorithm"),
+    ("--config.model=resnet50", "config.model"),
+    ("--config.dataset=no_such_dataset_xyz", "dataset"),
+    ("--config.rounds=0", "config.rounds"),
+    ("--config.participation=1.5", "config.participation"),
+    ("--config.participation=0.0", "config.participation"),
+    ("--config.batch_size=1000", "config.batch_size"),
+])
+def test_bad_input_one_line_exit_2_nothing_written(tmp_path, flag, field):
+    workdir = tmp_path / "run"
+    result = train(workdir, *TINY, flag)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and field in lines[0] and lines[0].startswith("error:")
+    assert not workdir.exists()
+
+
+def test_unwritable_workdir(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    result = train(blocker / "run", *TINY)
+    assert result.returncode == 2 and "not writable" in result.stderr
+
+
+def test_different_config_refuses_to_resume(tmp_path):
+    assert train(tmp_path, *TINY).returncode == 0
+    before = (tmp_path / "metrics.jsonl").read_text()
+    result = train(tmp_path, *TINY, "--config.beta=0.3")
+    assert result.returncode == 2 and "different config" in result.stderr
+    assert (tmp_path / "metrics.jsonl").read_text() == before
+
+
+def test_divergence_guard_keeps_checkpoint_and_metrics(tmp_path):
+    result = train(tmp_path, *TINY, "--config.rounds=6", "--config.local_lr=1e6",
+                   "--config.clip_norm=0.0")
+    assert result.returncode == 3 and "non-finite" in result.stderr and "round" in result.stderr
+    kept = rows(tmp_path) if (tmp_path / "metrics.jsonl").exists() else []
+    assert all(r["round"] < 6 for r in kept)
