@@ -70,6 +70,8 @@ def validate(config) -> None:
         _fail("model", config["model"], f"available: {', '.join(models.NAMES)}")
     if not isinstance(config["dataset"], str) or not config["dataset"]:
         _fail("dataset", config["dataset"], "must name a dataset ('digits' or a TFDS name)")
+    if config["conv"] not in models.CONV_IMPLEMENTATIONS:
+        _fail("conv", config["conv"], f"allowed: {', '.join(models.CONV_IMPLEMENTATIONS)}")
     if config["partition"] not in PARTITIONS:
         _fail("partition", config["partition"], f"allowed: {', '.join(PARTITIONS)}")
     if config["delta_from"] not in ("global", "start"):
@@ -162,7 +164,7 @@ def build(config) -> Experiment:
                                client_noise=config["client_noise"],
                                category_noise=config["category_noise"], seed=config["seed"])
     mean, std = CHANNEL_STATS.get(config["dataset"]) or _channel_stats(train_x)
-    model = models.get(config["model"], num_classes,
+    model = models.get(config["model"], num_classes, conv=config["conv"],
                        **({"width": config["model_width"]}
                           if config["model"] in models.WIDTH_MODELS else {}))
     init_params = model.init(jax.random.key(config["seed"]), train_x.shape[1:])

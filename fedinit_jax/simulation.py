@@ -53,9 +53,14 @@ def prepare_workdir(workdir: str, config: dict) -> None:
             details = ", ".join(f"{k}: {saved.get(k)!r} -> {config.get(k)!r}" for k in diff)
             raise ValueError(f"workdir={workdir!r} holds a run of a different config "
                              f"({details}); use a new workdir or the same config to resume")
+    _write_json(path, config)
+
+
+def _write_json(path, obj):
+    """Write JSON atomically (temporary file, then rename)."""
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
-        json.dump(config, f, indent=2, sort_keys=True)
+        json.dump(obj, f, indent=2, sort_keys=True)
     os.replace(tmp, path)
 
 
@@ -101,6 +106,12 @@ def run(config: dict, workdir: str, *, log=print, progress=None) -> list[dict]:
     """Train (or resume) the configured experiment; returns all metrics rows."""
     exp = experiment.build(config)  # validates first; loads data; nothing written yet
     prepare_workdir(workdir, config)
+    _write_json(os.path.join(workdir, "run_info.json"), {
+        "num_params": sum(int(x.size) for x in jax.tree.leaves(exp.init_params)),
+        "num_classes": exp.num_classes, "clients_per_round": exp.clients_per_round,
+        "local_steps": exp.steps_per_round, "backend": jax.default_backend(),
+        "execution": experiment.algorithm_kwargs(config)["execution"],
+        "costs": exp.algorithm.costs._asdict()})
     algo = exp.algorithm
     state = algo.init(exp.init_params, num_clients=config["num_clients"])
     checkpointer = Checkpointer(workdir, keep=config["keep_checkpoints"])

@@ -28,6 +28,7 @@ def get_config():
     # model
     c.model = "mlp"
     c.model_width = 1.0             # cnn / mlp width multiplier
+    c.conv = "auto"                 # auto | xla | fast (matmul weight gradient; CPU default)
     # algorithm (None = the registry's documented default)
     c.algorithm = "fedinit"
     c.beta = config_dict.placeholder(float)

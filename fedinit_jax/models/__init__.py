@@ -10,6 +10,8 @@ import jax
 import jax.numpy as jnp
 
 from fedinit_jax.models.cnn import CNN
+from fedinit_jax.models.conv import IMPLEMENTATIONS as CONV_IMPLEMENTATIONS
+from fedinit_jax.models.conv import conv_fn
 from fedinit_jax.models.mlp import MLP
 from fedinit_jax.models.resnet import ResNet18GN
 from fedinit_jax.models.vgg import VGG11Net
@@ -25,19 +27,23 @@ _MODULES = {
     "resnet18_gn": lambda n, **kw: ResNet18GN(num_classes=n, imagenet_stem=True, **kw),
     "resnet18_gn_cifar": lambda n, **kw: ResNet18GN(num_classes=n, imagenet_stem=False, **kw),
     "vgg11": lambda n, **kw: VGG11Net(num_classes=n, **kw),
-    "mlp": lambda n, **kw: MLP(num_classes=n, **kw),
+    "mlp": lambda n, conv=None, **kw: MLP(num_classes=n, **kw),
 }
 WIDTH_MODELS = ("cnn", "mlp")  # models that take a `width` multiplier
 NAMES = tuple(_MODULES)
 
 
-def get(name: str, num_classes: int, **kwargs) -> Model:
-    """The model `name` (one of NAMES) as a pure (init, apply) pair."""
+def get(name: str, num_classes: int, *, conv: str = "auto", **kwargs) -> Model:
+    """The model `name` (one of NAMES) as a pure (init, apply) pair.
+
+    conv: 'auto' (the matmul-gradient convolution on CPU, XLA's elsewhere), 'xla' or 'fast'
+    (models/conv.py); the forward values are the same for all three.
+    """
     if name not in _MODULES:
         raise ValueError(f"model={name!r} is unknown; available: {', '.join(NAMES)}")
     if not isinstance(num_classes, int) or num_classes < 2:
         raise ValueError(f"num_classes={num_classes!r} must be an int >= 2")
-    module = _MODULES[name](num_classes, **kwargs)
+    module = _MODULES[name](num_classes, conv=conv_fn(conv), **kwargs)
 
     def init(key, input_shape):
         return module.init(key, jnp.zeros((1, *input_shape), jnp.float32))["params"]

@@ -4,6 +4,8 @@ conv5x5(64, valid)-relu-maxpool2 - conv5x5(64, valid)-relu-maxpool2 - fc384-relu
 fc(classes). PyTorch-default initialisation (uniform, bound 1/sqrt(fan_in)) as the reference.
 `width` scales every hidden size (a smaller documented variant for CPU studies).
 """
+from typing import Any, Callable, Optional
+
 import flax.linen as nn
 
 TORCH_DEFAULT = nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
@@ -12,12 +14,14 @@ TORCH_DEFAULT = nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
 class CNN(nn.Module):
     num_classes: int = 10
     width: float = 1.0
+    conv: Optional[Callable[..., Any]] = None  # None: lax.conv_general_dilated
 
     @nn.compact
     def __call__(self, x):
         c = max(1, int(64 * self.width))
         for _ in range(2):
-            x = nn.Conv(c, (5, 5), padding="VALID", kernel_init=TORCH_DEFAULT)(x)
+            x = nn.Conv(c, (5, 5), padding="VALID", kernel_init=TORCH_DEFAULT,
+                        conv_general_dilated=self.conv)(x)
             x = nn.max_pool(nn.relu(x), (2, 2), strides=(2, 2))
         x = x.reshape(x.shape[0], -1)
         for features in (int(384 * self.width), int(192 * self.width)):

@@ -5,6 +5,8 @@
 `resnet18_gn_cifar` uses the CIFAR stem (3x3/1 conv, no max-pool) with the same blocks.
 Every norm is GroupNorm(2 groups); convs are Kaiming-normal (fan-out) like torchvision.
 """
+from typing import Any, Callable, Optional
+
 import flax.linen as nn
 import jax.numpy as jnp
 
@@ -12,10 +14,10 @@ KAIMING_FAN_OUT = nn.initializers.variance_scaling(2.0, "fan_out", "normal")
 TORCH_DEFAULT = nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
 
 
-def _conv(features, kernel, stride=1, padding=0):
+def _conv(conv, features, kernel, stride=1, padding=0):
     return nn.Conv(features, (kernel, kernel), strides=(stride, stride),
                    padding=((padding, padding), (padding, padding)), use_bias=False,
-                   kernel_init=KAIMING_FAN_OUT)
+                   kernel_init=KAIMING_FAN_OUT, conv_general_dilated=conv)
 
 
 def _norm():
@@ -25,29 +27,31 @@ def _norm():
 class BasicBlock(nn.Module):
     features: int
     stride: int = 1
+    conv: Optional[Callable[..., Any]] = None
 
     @nn.compact
     def __call__(self, x):
-        y = nn.relu(_norm()(_conv(self.features, 3, self.stride, 1)(x)))
-        y = _norm()(_conv(self.features, 3, 1, 1)(y))
+        y = nn.relu(_norm()(_conv(self.conv, self.features, 3, self.stride, 1)(x)))
+        y = _norm()(_conv(self.conv, self.features, 3, 1, 1)(y))
         if self.stride != 1 or x.shape[-1] != self.features:
-            x = _norm()(_conv(self.features, 1, self.stride, 0)(x))
+            x = _norm()(_conv(self.conv, self.features, 1, self.stride, 0)(x))
         return nn.relu(x + y)
 
 
 class ResNet18GN(nn.Module):
     num_classes: int = 10
     imagenet_stem: bool = True
+    conv: Optional[Callable[..., Any]] = None  # None: lax.conv_general_dilated
 
     @nn.compact
     def __call__(self, x):
         if self.imagenet_stem:
-            x = nn.relu(_norm()(_conv(64, 7, 2, 3)(x)))
+            x = nn.relu(_norm()(_conv(self.conv, 64, 7, 2, 3)(x)))
             x = nn.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
         else:
-            x = nn.relu(_norm()(_conv(64, 3, 1, 1)(x)))
+            x = nn.relu(_norm()(_conv(self.conv, 64, 3, 1, 1)(x)))
         for stage, features in enumerate((64, 128, 256, 512)):
             for block in range(2):
-                x = BasicBlock(features, 2 if stage > 0 and block == 0 else 1)(x)
+                x = BasicBlock(features, 2 if stage > 0 and block == 0 else 1, self.conv)(x)
         x = jnp.mean(x, axis=(1, 2))
         return nn.Dense(self.num_classes, kernel_init=TORCH_DEFAULT)(x)

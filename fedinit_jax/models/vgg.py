@@ -5,6 +5,8 @@ normalisation (no BatchNorm anywhere in this library); classifier 512-512-512-cl
 ReLU. The reference's dropout layers are left out so that params are the only state and a
 round is deterministic given its key. 9,750,922 parameters for 10 classes.
 """
+from typing import Any, Callable, Optional
+
 import flax.linen as nn
 
 KAIMING_FAN_OUT = nn.initializers.variance_scaling(2.0, "fan_out", "normal")
@@ -14,6 +16,7 @@ VGG11 = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
 
 class VGG11Net(nn.Module):
     num_classes: int = 10
+    conv: Optional[Callable[..., Any]] = None  # None: lax.conv_general_dilated
 
     @nn.compact
     def __call__(self, x):
@@ -22,7 +25,7 @@ class VGG11Net(nn.Module):
                 x = nn.max_pool(x, (2, 2), strides=(2, 2))
             else:
                 x = nn.relu(nn.Conv(layer, (3, 3), padding=((1, 1), (1, 1)),
-                                    kernel_init=KAIMING_FAN_OUT)(x))
+                                    kernel_init=KAIMING_FAN_OUT, conv_general_dilated=self.conv)(x))
         x = x.reshape(x.shape[0], -1)
         for _ in range(2):
             x = nn.relu(nn.Dense(512, kernel_init=TORCH_DEFAULT)(x))
