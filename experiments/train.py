@@ -10,23 +10,12 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from experiments.cli import parse_flags
+
 config_flags.DEFINE_config_file("config", "experiments/configs/default.py",
                                 "Experiment config file (ml_collections).", lock_config=True)
 flags.DEFINE_string("workdir", None, "Output directory: metrics, checkpoints, config.")
 FLAGS = flags.FLAGS
-
-
-def parse_flags(argv):
-    """absl flag parsing whose errors are one line on stderr and exit code 2."""
-    try:
-        return FLAGS(argv)
-    except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as err:
-        message = str(err).splitlines()[0]
-        if isinstance(err, (AttributeError, KeyError)):
-            message = (f"unknown config key {message.strip(chr(34) + chr(39))}: see "
-                       "experiments/configs/default.py")
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
 
 
 def main(argv):

@@ -1,0 +1,98 @@
+"""Run a grid of experiments into one results folder, resumable cell by cell.
+
+    python -m experiments.sweep --config experiments/configs/default.py --results /tmp/grid \
+        --algorithms=fedavg,fedinit --seeds=0,1,2 --betas=0,0.1 --dirichlet_alphas=0.1,0.6
+
+The grid is algorithms x Dirichlet alphas x betas x local epochs x delta_from x seeds on top of
+the config (which --config.FIELD overrides change for every cell). Each cell is a workdir
+<results>/<algorithm>-dir<alpha>-beta<beta>-E<epochs>-<delta_from>-s<seed>; a finished cell is
+skipped, an unfinished one resumes from its last checkpoint, a diverged one is reported and
+the sweep goes on. Empty --betas keeps each algorithm's default beta.
+"""
+import json
+import os
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from experiments.cli import parse_flags
+
+config_flags.DEFINE_config_file("config", "experiments/configs/default.py",
+                                "Base experiment config (ml_collections).", lock_config=True)
+flags.DEFINE_string("results", None, "Results folder: one workdir per cell.")
+flags.DEFINE_list("algorithms", ["fedavg", "fedinit"], "Registered algorithm names.")
+flags.DEFINE_list("dirichlet_alphas", [], "Dirichlet alphas (empty: the config's).")
+flags.DEFINE_list("betas", [], "RI coefficients (empty: each algorithm's default).")
+flags.DEFINE_list("local_epochs", [], "Local epochs (empty: the config's).")
+flags.DEFINE_list("delta_from", [], "global and/or start (empty: the config's).")
+flags.DEFINE_list("seeds", ["0"], "Seeds.")
+FLAGS = flags.FLAGS
+
+
+def _parse(values, kind, field):
+    try:
+        return [kind(v) for v in values]
+    except ValueError:
+        raise ValueError(f"--{field}={','.join(values)}: every entry must be a {kind.__name__}")
+
+
+def cells(base: dict):
+    """(name, config) for every cell of the grid."""
+    alphas = _parse(FLAGS.dirichlet_alphas, float, "dirichlet_alphas") or [base["dirichlet_alpha"]]
+    betas = _parse(FLAGS.betas, float, "betas") or [base["beta"]]
+    epochs = _parse(FLAGS.local_epochs, int, "local_epochs") or [base["local_epochs"]]
+    deltas = FLAGS.delta_from or [base["delta_from"]]
+    seeds = _parse(FLAGS.seeds, int, "seeds")
+    for algorithm in FLAGS.algorithms:
+        for alpha in alphas:
+            for beta in betas:
+                for e in epochs:
+                    for delta in deltas:
+                        for seed in seeds:
+                            config = {**base, "algorithm": algorithm, "dirichlet_alpha": alpha,
+                                      "beta": beta, "local_epochs": e, "delta_from": delta,
+                                      "seed": seed}
+                            name = (f"{algorithm}-dir{alpha:g}-beta"
+                                    f"{'default' if beta is None else format(beta, 'g')}"
+                                    f"-E{e}-{delta}-s{seed}")
+                            yield name, config
+
+
+def main(argv):
+    del argv
+    logging.set_verbosity(logging.WARNING)
+    from fedinit_jax import experiment, simulation
+
+    if not FLAGS.results:
+        print("error: --results is required", file=sys.stderr)
+        sys.exit(2)
+    try:
+        grid = list(cells(FLAGS.config.to_dict()))
+        for _, config in grid:  # every cell is checked before the first one runs
+            experiment.validate(config)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    os.makedirs(FLAGS.results, exist_ok=True)
+    status = {}
+    for i, (name, config) in enumerate(grid):
+        workdir = os.path.join(FLAGS.results, name)
+        done = simulation.read_metrics(workdir)
+        if done and done[-1]["round"] >= config["rounds"]:
+            status[name] = "done"
+            continue
+        print(f"[{i + 1}/{len(grid)}] {name}", flush=True)
+        try:
+            simulation.run(config, workdir, progress=False, log=lambda line: None)
+            status[name] = "done"
+        except simulation.DivergenceError as err:
+            status[name] = f"diverged: {err}"
+            print(f"  diverged: {err}", flush=True)
+    with open(os.path.join(FLAGS.results, "sweep_status.json"), "w") as f:
+        json.dump(status, f, indent=2)
+    print(f"{sum(v == 'done' for v in status.values())}/{len(grid)} cells done in {FLAGS.results}")
+
+
+if __name__ == "__main__":
+    app.run(main, flags_parser=parse_flags)
