@@ -1,0 +1,235 @@
+"""Regenerate the paper's tables and figures from result folders.
+
+    python -m experiments.report results/cpu_cifar10 --out /tmp/report [--window 5 --last 50]
+
+Writes Markdown tables to stdout and <out>/tables.md, and PNG figures to <out>:
+  Table 4/5  test accuracy: moving-average smoothed (window), max over the last `last`
+             rounds, mean ± std over seeds, per method (rows) and setting (columns)
+  Table 6    each base algorithm without (beta = 0) and with RI, and the gain
+  Table 7    seconds per round (train, eval; first round, which compiles, left out), ratio
+             to FedAvg
+  Table 8    rounds and train time until the smoothed accuracy reaches a target (default:
+             the highest smoothed accuracy every run of the setting reaches), speed-up over
+             FedAvg
+  Table 9    communication and storage from the algorithms' declared messages and state
+  fig1a_epochs.png  accuracy vs local epochs;  fig1b_beta.png  accuracy vs beta
+  fig2_<setting>.png  accuracy and both divergences per round for every beta
+"""
+import os
+import sys
+from collections import defaultdict
+
+import numpy as np
+from absl import app, flags
+
+from experiments.cli import parse_flags
+
+flags.DEFINE_string("out", None, "Output folder for tables.md and the PNGs.")
+flags.DEFINE_integer("window", 5, "Moving-average window (rounds with evaluation).")
+flags.DEFINE_integer("last", 50, "Max over the smoothed points of the last this many rounds.")
+flags.DEFINE_float("target", None, "Target accuracy (0..1) for Table 8 (default: the best "
+                   "smoothed accuracy every run of the setting reaches).")
+FLAGS = flags.FLAGS
+
+
+def accuracy_tables(runs, window, last):
+    from fedinit_jax import results as R
+
+    cells = defaultdict(list)
+    for run in runs:
+        cells[(R.method(run.config), R.setting(run.config))].append(
+            100 * R.final_accuracy(run, window, last))
+    methods = sorted({m for m, _ in cells}, key=_method_order)
+    settings = sorted({s for _, s in cells})
+    table4 = R.markdown(["method", *settings],
+                        [[m, *[R.mean_std(cells.get((m, s), [])) for s in settings]]
+                         for m in methods])
+    # Table 6: base algorithm, beta = 0 vs beta > 0 (same delta_from)
+    pairs = defaultdict(dict)
+    for run in runs:
+        c = run.config
+        key = (R.DISPLAY.get(R.base_algorithm(c), R.base_algorithm(c)), R.setting(c),
+               c.get("delta_from", "global"))
+        pairs[key].setdefault(R.beta_of(c), []).append(100 * R.final_accuracy(run, window, last))
+    rows6 = []
+    for (base, s, delta), by_beta in sorted(pairs.items()):
+        if 0.0 in by_beta and len(by_beta) > 1:
+            for beta in sorted(b for b in by_beta if b != 0):
+                gain = np.mean(by_beta[beta]) - np.mean(by_beta[0.0])
+                rows6.append([base, s, delta, f"{beta:g}", R.mean_std(by_beta[0.0]),
+                              R.mean_std(by_beta[beta]), f"{gain:+.2f}"])
+    table6 = R.markdown(["algorithm", "setting", "delta_from", "beta", "- (beta = 0)", "+RI",
+                         "gain"], rows6)
+    return table4, table6
+
+
+def time_tables(runs, window, target):
+    from fedinit_jax import results as R
+
+    per = defaultdict(list)
+    for run in runs:
+        per[(R.setting(run.config), R.method(run.config))].append(run)
+    rows7, rows8 = [], []
+    for s in sorted({k[0] for k in per}):
+        fedavg = per.get((s, "FedAvg"))
+        base_train = np.mean([R.seconds_per_round(r)[0] for r in fedavg]) if fedavg else None
+        goal = target
+        if goal is None:  # the highest accuracy that every run of the setting reaches
+            goal = min(R.final_accuracy(r, window, 10 ** 9)
+                       for k, rs in per.items() if k[0] == s for r in rs)
+        base_hits = [R.to_target(r, goal, window) for r in fedavg] if fedavg and goal else []
+        for m in sorted({k[1] for k in per if k[0] == s}, key=_method_order):
+            rs = per[(s, m)]
+            train = np.mean([R.seconds_per_round(r)[0] for r in rs])
+            evals = np.nanmean([R.seconds_per_round(r)[1] for r in rs])
+            ratio = f"{train / base_train:.2f}x" if base_train else "-"
+            rows7.append([s, m, f"{train:.3f}", f"{evals:.3f}", ratio])
+            if goal is None:
+                continue
+            hits = [R.to_target(r, goal, window) for r in rs]
+            if any(h is None for h in hits):
+                rows8.append([s, m, f"{100 * goal:.2f}", "not reached", "-", "-"])
+                continue
+            rounds, secs = np.mean([h[0] for h in hits]), np.mean([h[1] for h in hits])
+            speed = ("-" if not base_hits or any(h is None for h in base_hits)
+                     else f"{np.mean([h[0] for h in base_hits]) / rounds:.2f}x / "
+                          f"{np.mean([h[1] for h in base_hits]) / secs:.2f}x")
+            rows8.append([s, m, f"{100 * goal:.2f}", f"{rounds:.0f}", f"{secs:.1f}", speed])
+    table7 = R.markdown(["setting", "method", "train s/round", "eval s", "train vs FedAvg"], rows7)
+    table8 = R.markdown(["setting", "method", "target %", "rounds", "train s",
+                         "speed-up (rounds / time)"], rows8)
+    return table7, table8
+
+
+def cost_table(runs):
+    from fedinit_jax import metrics
+    from fedinit_jax import results as R
+    from fedinit_jax.types import Costs
+
+    seen = {}
+    for run in runs:
+        if "costs" in run.info:
+            name = R.DISPLAY.get(run.config["algorithm"], "FedInit"
+                                 if run.config["algorithm"] == "fedinit" else run.config["algorithm"])
+            seen.setdefault(name, (Costs(**{k: tuple(v) for k, v in run.info["costs"].items()}),
+                                   run.info["num_params"], run.info["clients_per_round"],
+                                   run.config["num_clients"]))
+    if not seen:
+        return "(no run_info.json found)"
+    names = sorted(seen, key=_method_order)
+    d, n, c = seen[names[0]][1:]
+    rows = metrics.cost_table({k: seen[k][0] for k in names}, d, n, c)
+    return R.markdown(
+        ["method", "down / round", "up / round", "client storage", "down ratio", "up ratio",
+         "storage ratio"],
+        [[r["method"], f"{r['down_floats']:,} floats ({r['down_bytes'] / 2**20:.1f} MiB)",
+          f"{r['up_floats']:,} floats", f"{r['client_storage_floats']:,} floats",
+          f"{r['down_ratio']:g}x", f"{r['up_ratio']:g}x", f"{r['storage_ratio']:g}x"]
+         for r in rows]) + f"\n\n(d = {d:,} parameters, N = {n}, C = {c}; ratios to {names[0]})"
+
+
+def figures(runs, out, window, last):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from fedinit_jax import results as R
+
+    written = []
+    # Fig. 1: accuracy vs local epochs, and vs beta, per base algorithm and setting
+    for field, fname, getter in (("local_epochs", "fig1a_epochs.png", lambda c: c["local_epochs"]),
+                                 ("beta", "fig1b_beta.png", R.beta_of)):
+        series = defaultdict(lambda: defaultdict(list))
+        for run in runs:
+            c = run.config
+            label = f"{R.DISPLAY.get(R.base_algorithm(c))} {R.setting({**c, 'local_epochs': 0})}"
+            series[label][getter(c)].append(100 * R.final_accuracy(run, window, last))
+        series = {k: v for k, v in series.items() if len(v) > 1}
+        if not series:
+            continue
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for label, by_x in sorted(series.items()):
+            xs = sorted(by_x)
+            ax.errorbar(xs, [np.mean(by_x[x]) for x in xs],
+                        yerr=[np.std(by_x[x]) for x in xs], marker="o", capsize=3, label=label)
+        ax.set_xlabel(field)
+        ax.set_ylabel("test accuracy (%)")
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, fname), dpi=110)
+        plt.close(fig)
+        written.append(fname)
+    # Fig. 2: curves of accuracy and both divergences for every beta (seed 0 of each cell)
+    groups = defaultdict(list)
+    for run in runs:
+        c = run.config
+        groups[(R.DISPLAY.get(R.base_algorithm(c)), R.setting(c))].append(run)
+    for (base, s), rs in sorted(groups.items()):
+        betas = sorted({R.beta_of(r.config) for r in rs})
+        if len(betas) < 2:
+            continue
+        fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+        for beta in betas:
+            chosen = [r for r in rs if R.beta_of(r.config) == beta]
+            chosen.sort(key=lambda r: r.config["seed"])
+            run = chosen[0]
+            for ax, field in zip(axes, ("test_accuracy", "divergence", "divergence_all")):
+                x, y = R.curve(run, field)
+                ax.plot(x, y, label=f"beta={beta:g}")
+                ax.set_title(field)
+                ax.set_xlabel("round")
+        axes[1].set_yscale("log")
+        axes[2].set_yscale("log")
+        axes[0].legend()
+        fig.suptitle(f"{base}, {s}")
+        fig.tight_layout()
+        fname = "fig2_" + f"{base}_{s}".replace(" ", "_").replace("%", "pct") + ".png"
+        fig.savefig(os.path.join(out, fname), dpi=110)
+        plt.close(fig)
+        written.append(fname)
+    return written
+
+
+def _method_order(name):
+    order = ["FedAvg", "FedAdam", "FedSAM", "SCAFFOLD", "FedDyn", "FedCM", "FedProx", "FedInit"]
+    head = name.split("+")[0].split("(")[0].split(" ")[0]
+    return (order.index(head) if head in order else len(order), name)
+
+
+def report(folders, out, window=5, last=50, target=None) -> str:
+    from fedinit_jax import results as R
+
+    runs = R.unique(R.find_runs(folders))
+    if not runs:
+        raise ValueError(f"no runs (config.json + metrics.jsonl) under {', '.join(folders)}")
+    os.makedirs(out, exist_ok=True)
+    table4, table6 = accuracy_tables(runs, window, last)
+    table7, table8 = time_tables(runs, window, target)
+    text = "\n\n".join([
+        f"## Test accuracy (%), smoothed (window {window}), max over the last {last} rounds",
+        table4, "## With and without relaxed initialization (RI)", table6,
+        "## Seconds per round", table7, "## Rounds and time to target accuracy", table8,
+        "## Communication and storage per round (Table 9)", cost_table(runs)])
+    pngs = figures(runs, out, window, last)
+    text += "\n\nFigures: " + (", ".join(pngs) if pngs else "none (need >1 beta or epochs)")
+    with open(os.path.join(out, "tables.md"), "w") as f:
+        f.write(text + "\n")
+    return text
+
+
+def main(argv):
+    folders = argv[1:]
+    if not folders or not FLAGS.out:
+        print("error: usage: report.py FOLDER [FOLDER ...] --out DIR", file=sys.stderr)
+        sys.exit(2)
+    try:
+        print(report(folders, FLAGS.out, FLAGS.window, FLAGS.last, FLAGS.target))
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    app.run(main, flags_parser=parse_flags)

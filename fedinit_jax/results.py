@@ -1,0 +1,138 @@
+"""Reading result folders and reducing them to the paper's numbers (used by report.py).
+
+A run is a workdir holding config.json, metrics.jsonl and run_info.json. Runs that differ
+only in their seed form a cell; a cell is identified by its setting (dataset, model, split,
+clients, local epochs) and its method (algorithm, beta, delta_from).
+"""
+import json
+import os
+from typing import NamedTuple
+
+import numpy as np
+
+from fedinit_jax import algorithms, metrics
+
+DISPLAY = {"fedavg": "FedAvg", "fedadam": "FedAdam", "fedsam": "FedSAM", "scaffold": "SCAFFOLD",
+           "feddyn": "FedDyn", "fedcm": "FedCM", "fedprox": "FedProx"}
+
+
+class Run(NamedTuple):
+    path: str
+    config: dict
+    info: dict
+    rows: list
+
+
+def find_runs(folders) -> list[Run]:
+    """Every run under the given folders (a folder may itself be a run)."""
+    runs = []
+    for folder in folders:
+        if not os.path.isdir(folder):
+            raise ValueError(f"results folder {folder!r} does not exist")
+        for root, dirs, files in os.walk(folder):
+            dirs.sort()
+            if "config.json" in files and "metrics.jsonl" in files:
+                with open(os.path.join(root, "config.json")) as f:
+                    config = json.load(f)
+                info_path = os.path.join(root, "run_info.json")
+                info = json.load(open(info_path)) if os.path.exists(info_path) else {}
+                rows = []
+                with open(os.path.join(root, "metrics.jsonl")) as f:
+                    for line in f:
+                        try:
+                            rows.append(json.loads(line))
+                        except json.JSONDecodeError:
+                            break
+                if rows:
+                    runs.append(Run(root, config, info, rows))
+                dirs[:] = [d for d in dirs if d not in ("checkpoints", "tb")]
+    return runs
+
+
+def unique(runs) -> list[Run]:
+    """One run per (method, setting, seed): e.g. fedinit with beta 0 duplicates fedavg."""
+    seen, kept = set(), []
+    for run in runs:
+        key = (method(run.config), setting(run.config), run.config["seed"])
+        if key not in seen:
+            seen.add(key)
+            kept.append(run)
+    return kept
+
+
+def beta_of(config) -> float:
+    if config.get("beta") is not None:
+        return float(config["beta"])
+    return float(algorithms.REGISTRY[config["algorithm"]].defaults.get("beta", 0.0))
+
+
+def base_algorithm(config) -> str:
+    """FedInit is FedAvg + RI: both report under the base 'fedavg'."""
+    return "fedavg" if config["algorithm"] == "fedinit" else config["algorithm"]
+
+
+def method(config) -> str:
+    """Display name: FedAvg, FedInit, SCAFFOLD+RI, FedInit(beta=0.2) [start], ..."""
+    base, beta = base_algorithm(config), beta_of(config)
+    if base == "fedavg" and beta != 0:
+        name = "FedInit" if beta == 0.1 else f"FedInit(beta={beta:g})"
+    else:
+        name = DISPLAY.get(base, base) + ("" if beta == 0 else
+                                          "+RI" if beta == 0.1 else f"+RI(beta={beta:g})")
+    return name + (" [start]" if config.get("delta_from") == "start" else "")
+
+
+def setting(config) -> str:
+    """Column label: dataset model split clients epochs."""
+    split = {"dirichlet": f"Dir-{config['dirichlet_alpha']:g}", "iid": "IID",
+             "pathological": f"Path-{config['classes_per_client']}"}[config["partition"]]
+    part = f"{config['participation'] * 100:g}%-{config['num_clients']}"
+    return f"{config['dataset']} {config['model']} {split} {part} E{config['local_epochs']}"
+
+
+def curve(run: Run, field: str):
+    """(rounds, values) of a metric over the rows that have it."""
+    pts = [(r["round"], r[field]) for r in run.rows if field in r]
+    return np.array([p[0] for p in pts]), np.array([p[1] for p in pts], np.float64)
+
+
+def final_accuracy(run: Run, window: int, last: int) -> float:
+    """Smoothed test accuracy, max over the points of the last `last` rounds (paper 5.1)."""
+    rounds, acc = curve(run, "test_accuracy")
+    smooth = metrics.smooth(acc, window)
+    ends = rounds[len(rounds) - len(smooth):]  # the round each smoothed point ends at
+    keep = ends > ends[-1] - last
+    return float(np.max(smooth[keep]))
+
+
+def seconds_per_round(run: Run):
+    """Mean train and eval seconds per round, the first (compiling) round left out."""
+    train = [r["train_seconds"] for r in run.rows[1:]] or [run.rows[0]["train_seconds"]]
+    evals = [r["eval_seconds"] for r in run.rows[1:] if "eval_seconds" in r]
+    return float(np.mean(train)), float(np.mean(evals)) if evals else float("nan")
+
+
+def to_target(run: Run, target: float, window: int):
+    """(rounds, train seconds) until the smoothed accuracy first reaches target, or None;
+    the time is rounds x the mean seconds per round (the compiling first round left out)."""
+    rounds, acc = curve(run, "test_accuracy")
+    smooth = metrics.smooth(acc, window)
+    ends = rounds[len(rounds) - len(smooth):]
+    hit = metrics.rounds_to_target(ends, smooth, target)
+    if hit is None:
+        return None
+    return hit, hit * seconds_per_round(run)[0]
+
+
+def mean_std(values) -> str:
+    values = np.asarray(values, np.float64)
+    if values.size == 0:
+        return "-"
+    std = values.std(ddof=1) if values.size > 1 else 0.0
+    return f"{values.mean():.2f} ± {std:.2f} (n={values.size})"
+
+
+def markdown(header, rows) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)

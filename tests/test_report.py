@@ -1,0 +1,72 @@
+"""The report on two tiny synthetic result folders: hand-computed numbers and the PNGs."""
+import json
+import os
+
+import pytest
+
+from experiments.report import report
+from fedinit_jax import results
+
+
+def write_run(folder, algorithm, beta, seed, accuracies, seconds=1.0):
+    os.makedirs(folder)
+    config = {"algorithm": algorithm, "beta": beta, "seed": seed, "dataset": "toy",
+              "model": "mlp", "partition": "dirichlet", "dirichlet_alpha": 0.1,
+              "participation": 0.1, "num_clients": 100, "local_epochs": 1,
+              "delta_from": "global", "classes_per_client": 2}
+    json.dump(config, open(os.path.join(folder, "config.json"), "w"))
+    json.dump({"num_params": 10, "clients_per_round": 10,
+               "costs": {"down": ["w"], "up": ["delta"], "server_state": [],
+                         "client_state": [], "client_work": []}},
+              open(os.path.join(folder, "run_info.json"), "w"))
+    with open(os.path.join(folder, "metrics.jsonl"), "w") as f:
+        for r, acc in enumerate(accuracies, start=1):
+            f.write(json.dumps({"round": r, "test_accuracy": acc, "train_loss": 1.0,
+                                "divergence": 1.0 / r, "divergence_all": 2.0 / r,
+                                "train_seconds": 10.0 if r == 1 else seconds,
+                                "eval_seconds": 0.5}) + "\n")
+
+
+@pytest.fixture
+def two_folders(tmp_path):
+    a, b = tmp_path / "sweep_a", tmp_path / "sweep_b"
+    # FedAvg, two seeds; FedInit (beta 0.1) one seed, in another folder
+    write_run(a / "avg0", "fedavg", 0.0, 0, [0.1, 0.2, 0.3, 0.5, 0.4, 0.6])
+    write_run(a / "avg1", "fedavg", 0.0, 1, [0.2, 0.2, 0.4, 0.4, 0.6, 0.2])
+    write_run(b / "init0", "fedinit", None, 0, [0.3, 0.5, 0.7, 0.6, 0.8, 0.7], seconds=1.02)
+    return [str(a), str(b)]
+
+
+def test_smoothed_max_by_hand(two_folders, tmp_path):
+    runs = {r.config["algorithm"] + str(r.config["seed"]): r
+            for r in results.find_runs(two_folders)}
+    # window 3: avg0 -> [0.2, 1/3, 0.4, 0.5]; over the last 3 rounds (4, 5, 6): max 0.5
+    assert results.final_accuracy(runs["fedavg0"], 3, 3) == pytest.approx(0.5)
+    # avg1 -> [0.8/3, 1/3, 1.4/3, 1.2/3]: max over rounds 4..6 = 1.4/3
+    assert results.final_accuracy(runs["fedavg1"], 3, 3) == pytest.approx(1.4 / 3)
+    # init0 -> [0.5, 0.6, 0.7, 0.7]
+    assert results.final_accuracy(runs["fedinit0"], 3, 3) == pytest.approx(0.7)
+    text = report(two_folders, str(tmp_path / "out"), window=3, last=3)
+    mean = (0.5 + 1.4 / 3) / 2 * 100
+    std = abs(0.5 - 1.4 / 3) / 2 ** 0.5 * 100
+    assert f"| FedAvg | {mean:.2f} ± {std:.2f} (n=2) |" in text
+    assert "| FedInit | 70.00 ± 0.00 (n=1) |" in text
+    assert f"+{70 - mean:.2f}" in text                      # Table 6 gain
+    assert "| 1.000 | 0.500 | 1.00x |" in text and "| 1.020 | 0.500 | 1.02x |" in text
+    assert os.path.exists(tmp_path / "out" / "tables.md")
+    pngs = [f for f in os.listdir(tmp_path / "out") if f.endswith(".png")]
+    assert "fig1b_beta.png" in pngs and any(p.startswith("fig2_") for p in pngs)
+    for p in pngs:
+        assert open(tmp_path / "out" / p, "rb").read(4) == b"\x89PNG"
+
+
+def test_rounds_to_target(two_folders):
+    runs = {r.config["algorithm"]: r for r in results.find_runs(two_folders)}
+    # window 1 (raw): fedinit reaches 0.5 at round 2; time = 2 rounds x 1.02 s
+    assert results.to_target(runs["fedinit"], 0.5, 1) == (2, pytest.approx(2.04))
+    assert results.to_target(runs["fedinit"], 0.95, 1) is None
+
+
+def test_no_runs_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="no runs"):
+        report([str(tmp_path)], str(tmp_path / "out"))
