@@ -8,7 +8,8 @@ Slots (all pure; `ctx` is one client's LocalContext):
   init_server(w) -> server_extra                  e.g. SCAFFOLD's c = 0
   init_client(w) -> one client's extra            e.g. c_i = 0, h_i = 0 (stacked over C)
   gradient(g, w_k, ctx) -> g                      added to the local gradient at iterate w_k
-  client_update(ctx, delta_i, steps_lr) -> extra  after local training; steps_lr = K * eta_l
+  client_update(ctx, delta_i, steps_lr, carry) -> extra   after local training;
+      steps_lr = K * eta_l; carry = the gradient's final per-client carry (FedSMOO's mu_i)
   server_update(server_extra, old_S, new_S, mean_delta, steps_lr, num_clients) -> server_extra
   global_model(w_candidate, mean_w_end, server_extra, client_extra_all) -> w
       w_candidate = w after the server optimizer step; FedDyn replaces it.
@@ -39,7 +40,7 @@ def _keep_gradient(g, _w, _ctx):
     return g
 
 
-def _keep_client(ctx, _delta, _steps_lr):
+def _keep_client(ctx, _delta, _steps_lr, _carry):
     return ctx.client_extra
 
 

@@ -12,9 +12,10 @@ For k = 0..K-1 on client i's k-th minibatch:
 The last three lines are an optax chain whose learning rate is a traced per-round scalar.
 Written for one client; the round maps it over the sampled clients.
 """
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import jax
+import jax.numpy as jnp
 import optax
 from jax import lax
 
@@ -33,46 +34,74 @@ def client_optimizer(learning_rate, clip_norm: Optional[float], weight_decay: Op
     return optax.chain(*stages)
 
 
-def plain_gradient(loss_fn) -> Callable:
-    """(w, batch, key) -> (loss, grad loss(w))."""
-    return jax.value_and_grad(loss_fn)
+class Gradient(NamedTuple):
+    """How a client turns its loss into a local gradient.
+
+    init(ctx) -> carry: per-client state threaded through the K steps (() if none).
+    apply(w, batch, key, carry, ctx) -> (loss at w, gradient, carry).
+    """
+
+    init: Callable
+    apply: Callable
 
 
-def sam_gradient(loss_fn, rho) -> Callable:
+def _no_carry(_ctx):
+    return ()
+
+
+def plain_gradient(loss_fn) -> Gradient:
+    """grad loss(w)."""
+    value_and_grad = jax.value_and_grad(loss_fn)
+
+    def apply(w, batch, key, carry, _ctx):
+        loss, g = value_and_grad(w, batch, key)
+        return loss, g, carry
+
+    return Gradient(_no_carry, apply)
+
+
+def ascent_step(w, direction, rho):
+    """w + rho * direction / (||direction|| + 1e-7): SAM's perturbed point and e."""
+    scale = rho / (optax.tree.norm(direction) + 1e-7)
+    e = jax.tree.map(lambda d: scale * d, direction)
+    return jax.tree.map(jnp.add, w, e), e
+
+
+def sam_gradient(loss_fn, rho) -> Gradient:
     """SAM gradient (FedSAM): g1 = grad at w; e = rho g1 / (||g1|| + 1e-7); g = grad at w + e.
 
     Both gradients use the same minibatch and key. Returns the loss at w.
     """
     value_and_grad = jax.value_and_grad(loss_fn)
 
-    def gradient(w, batch, key):
+    def apply(w, batch, key, carry, _ctx):
         loss, g1 = value_and_grad(w, batch, key)
-        scale = rho / (optax.tree.norm(g1) + 1e-7)
-        w_adv = jax.tree.map(lambda p, g: p + scale * g, w, g1)
+        w_adv, _ = ascent_step(w, g1, rho)
         _, g = value_and_grad(w_adv, batch, key)
-        return loss, g
+        return loss, g, carry
 
-    return gradient
+    return Gradient(_no_carry, apply)
 
 
-def local_update(gradient_fn, correct, w_start, batches, key, learning_rate, *,
-                 clip_norm=None, weight_decay=None):
+def local_update(gradient: Gradient, correct, w_start, batches, key, learning_rate, ctx=None,
+                 *, clip_norm=None, weight_decay=None):
     """K local steps from w_start over `batches` (leaves [K, B, ...]) with lax.scan.
 
-    gradient_fn: (w, batch, key) -> (loss, g); correct: (g, w) -> corrected g.
-    Returns (w_K, mean loss over the K steps).
+    gradient: a Gradient; correct: (g, w) -> corrected g; ctx: the client's LocalContext.
+    Returns (w_K, mean loss over the K steps, the gradient's final carry).
     """
     opt = client_optimizer(learning_rate, clip_norm, weight_decay)
     num_steps = jax.tree.leaves(batches)[0].shape[0]
     step_keys = jax.random.split(key, num_steps)
 
-    def step(carry, xs):
-        w, opt_state = carry
+    def step(state, xs):
+        w, opt_state, carry = state
         batch, step_key = xs
-        loss, g = gradient_fn(w, batch, step_key)
+        loss, g, carry = gradient.apply(w, batch, step_key, carry, ctx)
         g = correct(g, w)
         updates, opt_state = opt.update(g, opt_state, w)
-        return (optax.apply_updates(w, updates), opt_state), loss
+        return (optax.apply_updates(w, updates), opt_state, carry), loss
 
-    (w_end, _), losses = lax.scan(step, (w_start, opt.init(w_start)), (batches, step_keys))
-    return w_end, losses.mean()
+    init = (w_start, opt.init(w_start), gradient.init(ctx))
+    (w_end, _, carry), losses = lax.scan(step, init, (batches, step_keys))
+    return w_end, losses.mean(), carry

@@ -76,8 +76,8 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, gradient=local.pl
                     execution: str = "vmap", chunk_size=None) -> FederatedAlgorithm:
     """A FederatedAlgorithm for `loss_fn(params, batch, key) -> scalar`.
 
-    correction: the algorithm's plug-in (FedAvg: none). gradient: loss_fn -> gradient
-    function (plain, or SAM). server_optimizer: optax transformation applied to the
+    correction: the algorithm's plug-in (FedAvg: none). gradient: loss_fn -> local.Gradient
+    (plain, SAM, ...). server_optimizer: optax transformation applied to the
     pseudo-gradient -mean_S(delta_i); default sgd(1.0), i.e. w <- w + mean delta.
     """
     _check_builder_args(beta, delta_from, clip_norm, weight_decay, execution, chunk_size)
@@ -111,12 +111,12 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, gradient=local.pl
         def one_client(args):
             w0, batches, client_key, extra = args
             ctx = LocalContext(w, w0, state.server_extra, extra)
-            w_end, loss = local.local_update(
+            w_end, loss, carry = local.local_update(
                 gradient_fn, lambda g, wk: correction.gradient(g, wk, ctx), w0, batches,
-                client_key, lr, clip_norm=clip_norm, weight_decay=weight_decay)
+                client_key, lr, ctx, clip_norm=clip_norm, weight_decay=weight_decay)
             origin = w if delta_from == "global" else w0
             delta = jax.tree.map(jnp.subtract, w_end, origin)
-            return w_end, delta, loss, correction.client_update(ctx, delta, steps_lr)
+            return w_end, delta, loss, correction.client_update(ctx, delta, steps_lr, carry)
 
         w_end, delta, losses, new_extra = execution_lib.map_clients(
             one_client, (w_start, round_input.batches, client_keys, old_extra),

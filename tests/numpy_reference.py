@@ -19,7 +19,15 @@ def mse_loss(theta, x, y):
 def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global", clip=None,
              wd=None, server_lr=1.0, rho=0.0, lam=0.1, alpha=0.1, mu=0.0,
              b1=0.9, b2=0.99, eps=0.01):
-    """rounds: list of (ids, xs [N, K, B, d], ys [N, K, B], lr). Returns a dict of final state."""
+    """rounds: list of (ids, xs [N, K, B, d], ys [N, K, B], lr). Returns a dict of final state.
+
+    The SAM family composes: fedspeed = SAM + FedDyn, fedgamma = SAM + SCAFFOLD,
+    mofedsam = SAM + FedCM, fedsmoo = dynamic SAM (mu_i, s) + FedDyn.
+    """
+    sam = alg in ("fedsam", "fedspeed", "fedgamma", "mofedsam")
+    dyn = alg in ("feddyn", "fedspeed", "fedsmoo")
+    scaf = alg in ("scaffold", "fedgamma")
+    cm = alg in ("fedcm", "mofedsam")
     w = theta0.astype(np.float64).copy()
     w_local = [w.copy() for _ in range(num_clients)]
     c = np.zeros_like(w)
@@ -28,6 +36,8 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
     d = np.zeros_like(w)
     m = np.zeros_like(w)
     v = np.zeros_like(w)
+    mu_i = [np.zeros_like(w) for _ in range(num_clients)]
+    s = np.zeros_like(w)
     history = []
     for ids, xs, ys, lr in rounds:
         num_steps = xs.shape[1]
@@ -35,18 +45,24 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
         for n, i in enumerate(ids):
             start = w + beta * (w - w_local[i])
             x = start.copy()
+            dual = mu_i[i].copy()
             for k in range(num_steps):
                 bx, by = xs[n, k].astype(np.float64), ys[n, k].astype(np.float64)
                 losses.append(mse_loss(x, bx, by))
                 g = mse_grad(x, bx, by)
-                if alg in ("fedsam",) and rho > 0:
+                if sam:
                     e = rho * g / (np.linalg.norm(g) + 1e-7)
                     g = mse_grad(x + e, bx, by)
-                if alg == "scaffold":
+                if alg == "fedsmoo":
+                    g_tilde = g - (dual + s)
+                    e = rho * g_tilde / (np.linalg.norm(g_tilde) + 1e-7)
+                    dual = dual + e - s
+                    g = mse_grad(x + e, bx, by)
+                if scaf:
                     g = g + (c - c_i[i])
-                elif alg == "feddyn":
+                elif dyn:
                     g = g + lam * h_i[i] + lam * (x - start)
-                elif alg == "fedcm":
+                elif cm:
                     g = alpha * g + (1 - alpha) * d
                 elif alg == "fedprox":
                     g = g + mu * (x - start)
@@ -60,24 +76,29 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
             delta = x - (w if delta_from == "global" else start)
             ends.append(x)
             deltas.append(delta)
-            if alg == "scaffold":
+            if scaf:
                 new_ci[i] = c_i[i] - c - delta / (num_steps * lr)
-            if alg == "feddyn":
+            if dyn:
                 h_i[i] = h_i[i] + delta
+            if alg == "fedsmoo":
+                mu_i[i] = dual
         mean_delta = np.mean(deltas, axis=0)
         if alg == "fedadam":
             m = b1 * m + (1 - b1) * mean_delta
             v = b2 * v + (1 - b2) * mean_delta ** 2
             w = w + server_lr * m / (np.sqrt(v) + eps)
-        elif alg == "feddyn":
+        elif dyn:
             w = np.mean(ends, axis=0) + np.mean(h_i, axis=0)
         else:
             w = w + server_lr * mean_delta
-        if alg == "scaffold":
+        if alg == "fedsmoo":
+            mean_mu = np.mean([mu_i[i] for i in ids], axis=0)
+            s = rho * mean_mu / (np.linalg.norm(mean_mu) + 1e-7)
+        if scaf:
             c = c + sum(new_ci[i] - c_i[i] for i in ids) / num_clients
             for i in ids:
                 c_i[i] = new_ci[i]
-        if alg == "fedcm":
+        if cm:
             d = -mean_delta / (num_steps * lr)
         for n, i in enumerate(ids):
             w_local[i] = ends[n]
@@ -87,4 +108,4 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
             "divergence_all": float(np.mean([np.sum((wl - w) ** 2) for wl in w_local])),
         })
     return {"w": w, "w_local": np.stack(w_local), "c": c, "c_i": np.stack(c_i),
-            "h_i": np.stack(h_i), "d": d, "m": m, "v": v, "history": history}
+            "h_i": np.stack(h_i), "d": d, "mu_i": np.stack(mu_i), "s": s, "m": m, "v": v, "history": history}

@@ -18,12 +18,21 @@ CASES = [
     ("feddyn", {"lam": 1.0}, {"lam": 1.0}),
     ("fedcm", {"alpha": 0.5}, {"alpha": 0.5}),
     ("fedprox", {"mu": 1.0}, {"mu": 1.0}),
+    ("fedspeed", {"rho": 0.5, "lam": 1.0}, {"rho": 0.5, "lam": 1.0}),
+    ("fedspeed", {"rho": 0.0, "lam": 1.0}, {"rho": 0.0, "lam": 1.0}),
+    ("fedgamma", {"rho": 0.5}, {"rho": 0.5}),
+    ("fedgamma", {"rho": 0.0}, {"rho": 0.0}),
+    ("mofedsam", {"rho": 0.5, "alpha": 0.5}, {"rho": 0.5, "alpha": 0.5}),
+    ("mofedsam", {"rho": 0.0, "alpha": 0.5}, {"rho": 0.0, "alpha": 0.5}),
+    ("fedsmoo", {"rho": 0.5, "lam": 1.0}, {"rho": 0.5, "lam": 1.0}),
+    ("fedsmoo", {"rho": 0.0, "lam": 1.0}, {"rho": 0.0, "lam": 1.0}),
 ]
 
 
 @pytest.mark.parametrize("delta_from", ["global", "start"])
 @pytest.mark.parametrize("beta", [0.0, 0.1])
-@pytest.mark.parametrize("name, hparams, ref_kwargs", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("name, hparams, ref_kwargs", CASES,
+                         ids=[f"{c[0]}-rho{c[1].get('rho', '')}" for c in CASES])
 def test_matches_numpy_reference(linreg_rounds, theta0, name, hparams, ref_kwargs, beta,
                                  delta_from):
     algo = algorithms.get(name, linreg_loss, beta=beta, delta_from=delta_from, clip_norm=1.0,
@@ -32,18 +41,27 @@ def test_matches_numpy_reference(linreg_rounds, theta0, name, hparams, ref_kwarg
     ref = simulate(name, theta0, NUM_CLIENTS, linreg_rounds, beta=beta, delta_from=delta_from,
                    clip=1.0, wd=1e-3, **ref_kwargs)
     assert_matches(state, history, ref)
-    extra = {"scaffold": ("c", "c_i"), "feddyn": (None, "h_i"), "fedcm": ("d", None),
-             "fedadam": (None, None)}.get(name, (None, None))
+    extra = {"scaffold": ("c", "c_i"), "fedgamma": ("c", "c_i"), "feddyn": (None, "h_i"),
+             "fedspeed": (None, "h_i"), "fedcm": ("d", None), "mofedsam": ("d", None),
+             "fedsmoo": ("s", None)}.get(name, (None, None))
     if extra[0]:
         np.testing.assert_allclose(flat(state.server_extra), ref[extra[0]], atol=1e-5, rtol=1e-5)
     if extra[1]:
-        got = np.concatenate([np.asarray(state.client_extra["w"]),
-                              np.asarray(state.client_extra["b"])[:, None]], axis=1)
-        np.testing.assert_allclose(got, ref[extra[1]], atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(stacked(state.client_extra), ref[extra[1]], atol=1e-5,
+                                   rtol=1e-5)
+    if name == "fedsmoo":
+        np.testing.assert_allclose(stacked(state.client_extra.h), ref["h_i"], atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(stacked(state.client_extra.mu), ref["mu_i"], atol=1e-5,
+                                   rtol=1e-5)
     if name == "fedadam":
         m, v = state.server_opt_state[0]
         np.testing.assert_allclose(flat(m), -ref["m"], atol=1e-5, rtol=1e-5)
         np.testing.assert_allclose(flat(v), ref["v"], atol=1e-6, rtol=1e-5)
+
+
+def stacked(params):
+    """[C, d+1] rows of a stacked {'w', 'b'} pytree."""
+    return np.concatenate([np.asarray(params["w"]), np.asarray(params["b"])[:, None]], axis=1)
 
 
 def _assert_same(a, b, atol=0.0):
@@ -58,6 +76,17 @@ def _assert_same(a, b, atol=0.0):
 def test_zero_strength_equals_fedavg(linreg_rounds, theta0, name, hparams, beta):
     ref, _ = run(algorithms.fedavg(linreg_loss, beta=beta), theta0, linreg_rounds)
     got, _ = run(algorithms.get(name, linreg_loss, beta=beta, **hparams), theta0, linreg_rounds)
+    _assert_same(ref, got, atol=1e-7)
+
+
+@pytest.mark.parametrize("name, base, hparams", [
+    ("fedspeed", "feddyn", {"lam": 0.1}), ("fedgamma", "scaffold", {}),
+    ("mofedsam", "fedcm", {"alpha": 0.1})])
+@pytest.mark.parametrize("beta", [0.0, 0.1])
+def test_sam_family_with_rho_zero_reduces(linreg_rounds, theta0, name, base, hparams, beta):
+    ref, _ = run(algorithms.get(base, linreg_loss, beta=beta, **hparams), theta0, linreg_rounds)
+    got, _ = run(algorithms.get(name, linreg_loss, beta=beta, rho=0.0, **hparams), theta0,
+                 linreg_rounds)
     _assert_same(ref, got, atol=1e-7)
 
 
@@ -83,6 +112,8 @@ def test_scaffold_first_round_equals_fedavg(linreg_rounds, theta0):
     ("fedsam", {"rho": -0.1}), ("fedcm", {"alpha": 1.5}), ("fedcm", {"alpha": -0.1}),
     ("feddyn", {"lam": -1.0}), ("fedprox", {"mu": -0.01}), ("fedadam", {"b1": 1.0}),
     ("fedadam", {"eps": 0.0}), ("fedadam", {"server_lr": -0.1}), ("fedsam", {"rho": float("nan")}),
+    ("fedspeed", {"rho": -1.0}), ("fedspeed", {"lam": -1.0}), ("fedsmoo", {"rho": -0.1}),
+    ("fedgamma", {"rho": -0.1}), ("mofedsam", {"alpha": 2.0}),
 ])
 def test_bad_hyperparameters(name, bad):
     field = next(iter(bad))

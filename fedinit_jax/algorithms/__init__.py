@@ -11,7 +11,11 @@ from fedinit_jax.algorithms.fedavg import fedavg, fedinit
 from fedinit_jax.algorithms.fedcm import fedcm
 from fedinit_jax.algorithms.feddyn import feddyn
 from fedinit_jax.algorithms.fedprox import fedprox
+from fedinit_jax.algorithms.fedgamma import fedgamma
 from fedinit_jax.algorithms.fedsam import fedsam
+from fedinit_jax.algorithms.fedsmoo import fedsmoo
+from fedinit_jax.algorithms.fedspeed import fedspeed
+from fedinit_jax.algorithms.mofedsam import mofedsam
 from fedinit_jax.algorithms.scaffold import scaffold
 
 
@@ -34,6 +38,10 @@ REGISTRY = {
     "feddyn": Entry(feddyn, {"lam": 0.1}, 0.9995, "Acar et al. 2021"),
     "fedcm": Entry(fedcm, {"alpha": 0.1}, 0.998, "Xu et al. 2021"),
     "fedprox": Entry(fedprox, {"mu": 0.01}, 0.998, "Li et al. 2020"),
+    "fedspeed": Entry(fedspeed, {"rho": 0.1, "lam": 0.1}, 0.998, "Sun et al. 2023 (FedSpeed)"),
+    "fedsmoo": Entry(fedsmoo, {"rho": 0.1, "lam": 0.1}, 0.998, "Sun et al. 2023 (FedSMOO)"),
+    "fedgamma": Entry(fedgamma, {"rho": 0.01}, 0.998, "Dai et al. 2023"),
+    "mofedsam": Entry(mofedsam, {"rho": 0.1, "alpha": 0.1}, 0.998, "Qu et al. 2022"),
 }
 
 
@@ -46,4 +54,4 @@ def get(name: str, loss_fn, **hparams):
 
 
 __all__ = ["REGISTRY", "Entry", "get", "fedavg", "fedinit", "fedadam", "fedsam", "scaffold",
-           "feddyn", "fedcm", "fedprox"]
+           "feddyn", "fedcm", "fedprox", "fedspeed", "fedsmoo", "fedgamma", "mofedsam"]

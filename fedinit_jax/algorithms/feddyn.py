@@ -19,7 +19,7 @@ def _zeros(params):
     return jax.tree.map(jnp.zeros_like, params)
 
 
-def _client_update(ctx, delta, _steps_lr):
+def _client_update(ctx, delta, _steps_lr, _carry=()):
     return jax.tree.map(jnp.add, ctx.client_extra, delta)
 
 

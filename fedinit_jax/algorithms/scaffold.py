@@ -20,7 +20,7 @@ def _gradient(g, _w, ctx):
     return jax.tree.map(lambda g, c, ci: g + (c - ci), g, ctx.server_extra, ctx.client_extra)
 
 
-def _client_update(ctx, delta, steps_lr):
+def _client_update(ctx, delta, steps_lr, _carry):
     return jax.tree.map(lambda ci, c, d: ci - c - d / steps_lr,
                         ctx.client_extra, ctx.server_extra, delta)
 

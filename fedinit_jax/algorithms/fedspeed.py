@@ -1,0 +1,22 @@
+"""FedSpeed (Sun et al., 2023), as in the authors' simulator: FedDyn with SAM's gradient.
+
+    local gradient:  SAM gradient (rho) + lam * h_i + lam * (w_k - w_i0)
+    server:          h_i <- h_i + delta_i;  w <- mean_S(w_iK) + mean_C(h_i)
+
+rho = 0.1, lam = 0.1 by default; rho = 0 is exactly FedDyn.
+"""
+import functools
+
+from fedinit_jax import local
+from fedinit_jax.algorithms.feddyn import correction as feddyn_correction
+from fedinit_jax.algorithms._checks import check_range
+from fedinit_jax.algorithms._compose import with_sam_buffer
+from fedinit_jax.algorithms.fedavg import fedavg
+
+
+def fedspeed(loss_fn, *, rho: float = 0.1, lam: float = 0.1, **options):
+    """FedDyn's correction and server on the SAM gradient of radius rho."""
+    check_range("rho", rho, 0.0)
+    check_range("lam", lam, 0.0)
+    return fedavg(loss_fn, gradient=functools.partial(local.sam_gradient, rho=rho),
+                  correction=with_sam_buffer(feddyn_correction(lam)), **options)
