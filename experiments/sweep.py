@@ -13,10 +13,12 @@ import json
 import os
 import sys
 
-from absl import app, flags, logging
-from ml_collections import config_flags
+from experiments.cli import parse_flags, use_all_cpu_cores
 
-from experiments.cli import parse_flags
+use_all_cpu_cores()  # before JAX is imported: one XLA CPU device per core
+
+from absl import app, flags, logging  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
 
 config_flags.DEFINE_config_file("config", "experiments/configs/default.py",
                                 "Base experiment config (ml_collections).", lock_config=True)

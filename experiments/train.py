@@ -7,10 +7,14 @@ Bad flags or config values print one line naming the field and exit with code 2.
 """
 import sys
 
-from absl import app, flags, logging
-from ml_collections import config_flags
+from experiments.cli import use_all_cpu_cores
 
-from experiments.cli import parse_flags
+use_all_cpu_cores()  # before JAX is imported: one XLA CPU device per core
+
+from absl import app, flags, logging  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+from experiments.cli import parse_flags  # noqa: E402
 
 config_flags.DEFINE_config_file("config", "experiments/configs/default.py",
                                 "Experiment config file (ml_collections).", lock_config=True)

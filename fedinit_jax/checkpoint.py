@@ -9,6 +9,8 @@ directory and renames it when complete, so a kill mid-write leaves the previous 
 import os
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
 
 
@@ -30,9 +32,15 @@ class Checkpointer:
         self._manager.wait_until_finished()
 
     def restore(self, like):
-        """The newest checkpoint, shaped like the pytree `like` (e.g. a fresh init state)."""
+        """The newest checkpoint, shaped like the pytree `like` (e.g. a fresh init state).
+
+        Returned uncommitted (like freshly created arrays), so the round may place it on
+        whatever devices it shards the clients over.
+        """
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
-        return self._manager.restore(self.latest_round(), args=ocp.args.StandardRestore(abstract))
+        restored = self._manager.restore(self.latest_round(),
+                                         args=ocp.args.StandardRestore(abstract))
+        return jax.tree.map(lambda x: jnp.asarray(np.asarray(x)), restored)
 
     def close(self):
         self._manager.close()

@@ -84,6 +84,7 @@ def validate(config) -> None:
                   "keep_checkpoints"):
         _number(config, field, 1, integer=True)
     _number(config, "checkpoint_every", 0, integer=True)
+    _number(config, "num_devices", 0, integer=True)
     _number(config, "participation", 0.0, 1.0, low_open=True)
     _number(config, "local_lr", 0.0, low_open=True)
     _number(config, "lr_decay", 0.0, 1.0, low_open=True, optional=True)
@@ -140,12 +141,25 @@ def algorithm_kwargs(config) -> dict:
     kwargs["execution"] = execution.resolve(config["execution"])
     if kwargs["execution"] == "chunked":
         kwargs["chunk_size"] = config["chunk_size"]
+    kwargs["num_devices"] = num_devices(config)
     return kwargs
+
+
+def num_devices(config) -> int:
+    """config.num_devices, or (0) the most local devices that split the sampled clients evenly."""
+    n, available = clients_per_round(config), len(jax.devices())
+    if config["num_devices"]:
+        if config["num_devices"] > available or n % config["num_devices"]:
+            _fail("num_devices", config["num_devices"],
+                  f"must divide the {n} clients per round and be <= the {available} devices")
+        return config["num_devices"]
+    return max(d for d in range(1, available + 1) if n % d == 0)
 
 
 def build(config) -> Experiment:
     """Load and split the data, build the model, the loss and the algorithm."""
     validate(config)
+    kwargs = algorithm_kwargs(config)
     train_x, train_y, num_classes = load_split(config, "train")
     test_x, test_y, _ = load_split(config, "test")
     if config["num_clients"] > len(train_y):
@@ -169,7 +183,7 @@ def build(config) -> Experiment:
                           if config["model"] in models.WIDTH_MODELS else {}))
     init_params = model.init(jax.random.key(config["seed"]), train_x.shape[1:])
     loss_fn = tasks.classification_loss(model.apply, mean, std, augment=config["augment"])
-    algo = algorithms.get(config["algorithm"], loss_fn, **algorithm_kwargs(config))
+    algo = algorithms.get(config["algorithm"], loss_fn, **kwargs)
     evaluate = tasks.make_evaluator(model.apply, test_x, test_y, mean, std)
     steps = config["local_epochs"] * data.steps_per_epoch(shard_size, config["batch_size"])
     return Experiment(shards, evaluate, algo, init_params, num_classes,

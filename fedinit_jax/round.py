@@ -41,7 +41,7 @@ def _check_builder_args(beta, delta_from, clip_norm, weight_decay, execution, ch
     execution_lib.check_strategy(execution, chunk_size)
 
 
-def check_round_input(round_input: RoundInput, num_clients: int) -> None:
+def check_round_input(round_input: RoundInput, num_clients: int, num_devices: int = 1) -> None:
     """ValueError naming the field when a round input cannot be run on num_clients clients."""
     ids = np.asarray(round_input.client_ids)
     if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
@@ -54,6 +54,9 @@ def check_round_input(round_input: RoundInput, num_clients: int) -> None:
     if ids.min() < 0 or ids.max() >= num_clients:
         raise ValueError(f"client_ids out of range: values must lie in [0, {num_clients}), "
                          f"got min {ids.min()} max {ids.max()}")
+    if n % num_devices:
+        raise ValueError(f"client_ids: {n} clients per round cannot be split evenly over "
+                         f"num_devices={num_devices}; use a multiple of {num_devices}")
     if np.unique(ids).size != n:
         raise ValueError(f"client_ids has duplicates: {ids.tolist()}; sample without replacement")
     leaves = jax.tree.leaves(round_input.batches)
@@ -73,14 +76,17 @@ def check_round_input(round_input: RoundInput, num_clients: int) -> None:
 def build_algorithm(loss_fn, *, correction: Correction = NONE, gradient=local.plain_gradient,
                     beta: float = 0.0, delta_from: str = "global",
                     server_optimizer=None, clip_norm=None, weight_decay=None,
-                    execution: str = "vmap", chunk_size=None) -> FederatedAlgorithm:
+                    execution: str = "vmap", chunk_size=None,
+                    num_devices=None) -> FederatedAlgorithm:
     """A FederatedAlgorithm for `loss_fn(params, batch, key) -> scalar`.
 
     correction: the algorithm's plug-in (FedAvg: none). gradient: loss_fn -> local.Gradient
     (plain, SAM, ...). server_optimizer: optax transformation applied to the
     pseudo-gradient -mean_S(delta_i); default sgd(1.0), i.e. w <- w + mean delta.
+    num_devices: split the sampled clients over this many devices (shard_map); None: one.
     """
     _check_builder_args(beta, delta_from, clip_norm, weight_decay, execution, chunk_size)
+    mesh = execution_lib.client_mesh(num_devices)
     server_opt = optax.sgd(1.0) if server_optimizer is None else server_optimizer
     gradient_fn = gradient(loss_fn)
 
@@ -120,7 +126,7 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, gradient=local.pl
 
         w_end, delta, losses, new_extra = execution_lib.map_clients(
             one_client, (w_start, round_input.batches, client_keys, old_extra),
-            execution, chunk_size)
+            execution, chunk_size, mesh)
 
         mean_delta = tree.client_mean(delta)
         pseudo_grad = jax.tree.map(jnp.negative, mean_delta)
@@ -146,7 +152,7 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, gradient=local.pl
 
     def apply(state: FedState, round_input: RoundInput, key):
         num_clients = jax.tree.leaves(state.client_params)[0].shape[0]
-        check_round_input(round_input, num_clients)
+        check_round_input(round_input, num_clients, 1 if mesh is None else mesh.size)
         round_input = RoundInput(jnp.asarray(round_input.client_ids, jnp.int32),
                                  round_input.batches,
                                  jnp.asarray(round_input.local_lr, jnp.float32))

@@ -111,6 +111,7 @@ def run(config: dict, workdir: str, *, log=print, progress=None) -> list[dict]:
         "num_classes": exp.num_classes, "clients_per_round": exp.clients_per_round,
         "local_steps": exp.steps_per_round, "backend": jax.default_backend(),
         "execution": experiment.algorithm_kwargs(config)["execution"],
+        "num_devices": experiment.num_devices(config),
         "costs": exp.algorithm.costs._asdict()})
     algo = exp.algorithm
     state = algo.init(exp.init_params, num_clients=config["num_clients"])

@@ -1,8 +1,13 @@
 """Shared fixtures: a linear-regression federation with partial participation."""
-import jax
-import jax.numpy as jnp
-import numpy as np
-import pytest
+import os
+
+# two XLA CPU devices, so that sharded rounds can be compared with one-device rounds
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_enable_x64", False)
 

@@ -98,6 +98,29 @@ def test_execution_strategies_agree(linreg_rounds, theta0, execution, chunk):
             np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("execution", ["vmap", "sequential"])
+def test_two_devices_match_one(linreg_rounds, theta0, execution):
+    """The client axis sharded over 2 XLA CPU devices gives the same state as 1 device."""
+    assert len(jax.devices()) >= 2, "conftest sets --xla_force_host_platform_device_count=2"
+    two_client_rounds = [(ids[:2], xs[:2], ys[:2], lr) for ids, xs, ys, lr in linreg_rounds]
+    one, h1 = run(algorithms.fedinit(linreg_loss, execution=execution), theta0, two_client_rounds)
+    two, h2 = run(algorithms.fedinit(linreg_loss, execution=execution, num_devices=2), theta0,
+                  two_client_rounds)
+    for x, y in zip(jax.tree.leaves(one), jax.tree.leaves(two)):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-7)
+    assert [h["train_loss"] for h in h1] == pytest.approx([h["train_loss"] for h in h2])
+
+
+def test_uneven_split_over_devices_is_refused(linreg_rounds, theta0):
+    algo = algorithms.fedinit(linreg_loss, num_devices=2)
+    state = algo.init(params_from(theta0), num_clients=NUM_CLIENTS)
+    ids, xs, ys, lr = linreg_rounds[0]  # 3 clients
+    with pytest.raises(ValueError, match="split evenly"):
+        algo.apply(state, RoundInput(ids, (xs, ys), lr), jax.random.key(0))
+    with pytest.raises(ValueError, match="num_devices"):
+        algorithms.fedinit(linreg_loss, num_devices=64)
+
+
 def test_one_trace_for_three_rounds_and_stable_state(linreg_rounds, theta0):
     traces = []
 

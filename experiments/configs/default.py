@@ -47,6 +47,7 @@ def get_config():
     c.batch_size = 16
     c.execution = "auto"            # auto | vmap | sequential | chunked
     c.chunk_size = config_dict.placeholder(int)
+    c.num_devices = 0               # shard clients over devices; 0 = all that divide N evenly
     # loop
     c.rounds = 60
     c.eval_every = 5
