@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.sharding import NamedSharding, PartitionSpec
 
 from fedinit_jax import execution as execution_lib
 from fedinit_jax import local
@@ -148,11 +149,17 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, gradient=local.pl
         }
         return new_state, metrics
 
-    jitted_round = jax.jit(round_fn)
+    if mesh is None:
+        jitted_round = jax.jit(round_fn)
+    else:  # the state lives replicated on the mesh, so every round sees the same shardings
+        replicated = NamedSharding(mesh, PartitionSpec())
+        jitted_round = jax.jit(round_fn, out_shardings=replicated)
 
     def apply(state: FedState, round_input: RoundInput, key):
         num_clients = jax.tree.leaves(state.client_params)[0].shape[0]
         check_round_input(round_input, num_clients, 1 if mesh is None else mesh.size)
+        if mesh is not None:
+            state = jax.device_put(state, replicated)  # a no-op after the first round
         round_input = RoundInput(jnp.asarray(round_input.client_ids, jnp.int32),
                                  round_input.batches,
                                  jnp.asarray(round_input.local_lr, jnp.float32))

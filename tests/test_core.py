@@ -103,9 +103,19 @@ def test_two_devices_match_one(linreg_rounds, theta0, execution):
     """The client axis sharded over 2 XLA CPU devices gives the same state as 1 device."""
     assert len(jax.devices()) >= 2, "conftest sets --xla_force_host_platform_device_count=2"
     two_client_rounds = [(ids[:2], xs[:2], ys[:2], lr) for ids, xs, ys, lr in linreg_rounds]
+    traces = []
+
+    def counting_loss(params, batch, key):
+        traces.append(1)
+        return linreg_loss(params, batch, key)
+
     one, h1 = run(algorithms.fedinit(linreg_loss, execution=execution), theta0, two_client_rounds)
-    two, h2 = run(algorithms.fedinit(linreg_loss, execution=execution, num_devices=2), theta0,
+    two, h2 = run(algorithms.fedinit(counting_loss, execution=execution, num_devices=2), theta0,
+                  two_client_rounds[:1])
+    first = len(traces)
+    two, h2 = run(algorithms.fedinit(counting_loss, execution=execution, num_devices=2), theta0,
                   two_client_rounds)
+    assert len(traces) == 2 * first  # one trace per run, not per round
     for x, y in zip(jax.tree.leaves(one), jax.tree.leaves(two)):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-7)
     assert [h["train_loss"] for h in h1] == pytest.approx([h["train_loss"] for h in h2])
