@@ -39,6 +39,9 @@ def main(argv):
     except simulation.DivergenceError as err:
         print(f"error: diverged: {err}", file=sys.stderr)
         sys.exit(3)
+    except simulation.Stopped as err:
+        print(str(err), file=sys.stderr)
+        sys.exit(128 + err.signum)
     final = [r for r in rows if "test_accuracy" in r]
     if final:
         print(f"final test_accuracy {final[-1]['test_accuracy']:.4f} after round "

@@ -7,6 +7,7 @@ resume: every round's randomness (client sample, batch order, PRNG key) is deriv
 directory and renames it when complete, so a kill mid-write leaves the previous checkpoint.
 """
 import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -15,13 +16,22 @@ import orbax.checkpoint as ocp
 
 
 class Checkpointer:
-    """Save / restore FedStates under <workdir>/checkpoints, keeping the newest `keep`."""
+    """Save / restore FedStates under <workdir>/checkpoints, keeping the newest `keep`.
 
-    def __init__(self, workdir: str, keep: int = 2):
-        options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
+    A checkpoint that cannot be read (truncated, corrupted) is reported, moved aside to
+    checkpoints/corrupt-<round>, and the previous one is used instead.
+    """
+
+    def __init__(self, workdir: str, keep: int = 2, log=print):
+        self._directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
+        self._keep = keep
+        self._log = log
+        self._manager = self._open()
+
+    def _open(self):
+        options = ocp.CheckpointManagerOptions(max_to_keep=self._keep, create=True,
                                                enable_async_checkpointing=False)
-        self._manager = ocp.CheckpointManager(
-            os.path.abspath(os.path.join(workdir, "checkpoints")), options=options)
+        return ocp.CheckpointManager(self._directory, options=options)
 
     def latest_round(self):
         """Rounds completed by the newest checkpoint, or None."""
@@ -32,15 +42,33 @@ class Checkpointer:
         self._manager.wait_until_finished()
 
     def restore(self, like):
-        """The newest checkpoint, shaped like the pytree `like` (e.g. a fresh init state).
+        """(rounds done, state) of the newest readable checkpoint, or (0, None) if none is.
 
-        Returned uncommitted (like freshly created arrays), so the round may place it on
-        whatever devices it shards the clients over.
+        The state is shaped like the pytree `like` (e.g. a fresh init state) and returned
+        uncommitted (like freshly created arrays), so the round may place it on whatever
+        devices it shards the clients over.
         """
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
-        restored = self._manager.restore(self.latest_round(),
-                                         args=ocp.args.StandardRestore(abstract))
-        return jax.tree.map(lambda x: jnp.asarray(np.asarray(x)), restored)
+        for step in sorted(self._manager.all_steps(), reverse=True):
+            try:
+                restored = self._manager.restore(step, args=ocp.args.StandardRestore(abstract))
+                restored = jax.tree.map(lambda x: jnp.asarray(np.asarray(x)), restored)
+            except Exception as err:  # orbax/tensorstore raise many kinds on damaged files
+                aside = os.path.join(self._directory, f"corrupt-{step}")
+                self._log(f"checkpoint after round {step} is unreadable "
+                          f"({type(err).__name__}: {str(err).splitlines()[0][:200]}); "
+                          f"moved to {aside}, trying the previous one")
+                self._manager.close()
+                shutil.rmtree(aside, ignore_errors=True)
+                os.replace(os.path.join(self._directory, str(step)), aside)
+                self._manager = self._open()
+                continue
+            if not all(bool(np.all(np.isfinite(np.asarray(x))))
+                       for x in jax.tree.leaves(restored) if np.issubdtype(x.dtype, np.floating)):
+                self._log(f"checkpoint after round {step} holds non-finite values; skipped")
+                continue
+            return step, restored
+        return 0, None
 
     def close(self):
         self._manager.close()

@@ -14,7 +14,9 @@ round, flushed each round), TensorBoard events under tb/, checkpoints/ (orbax).
 import json
 import math
 import os
+import signal
 import sys
+import threading
 import time
 
 import jax
@@ -26,11 +28,49 @@ from fedinit_jax.checkpoint import Checkpointer
 from fedinit_jax.types import RoundInput
 
 TIMING_FIELDS = ("train_seconds", "eval_seconds")
+FAULT_VARIABLE = "FEDINIT_FAULT"  # testing hook: "POINT:ROUND" SIGKILLs the run there
+
+
+def _fault_point(point: str, rounds_done: int) -> None:
+    """Fault injection for the reliability tests: with FEDINIT_FAULT=POINT:ROUND set, the
+    process kills itself (SIGKILL, no cleanup) when it reaches that point of that round."""
+    if os.environ.get(FAULT_VARIABLE) == f"{point}:{rounds_done}":
+        os.kill(os.getpid(), signal.SIGKILL)
 RESUMABLE_CHANGES = ("rounds",)  # fields that may differ when a run is resumed (extended)
 
 
 class DivergenceError(RuntimeError):
     """A round produced a non-finite loss or parameters."""
+
+
+class Stopped(RuntimeError):
+    """SIGTERM / SIGINT arrived; the run stopped at a round boundary after a checkpoint."""
+
+    def __init__(self, signum, rounds_done):
+        self.signum, self.rounds_done = signum, rounds_done
+        super().__init__(f"stopped by {signal.Signals(signum).name} after round {rounds_done}; "
+                         "checkpoint saved, rerun the same command to resume")
+
+
+class _StopRequest:
+    """Remembers SIGTERM/SIGINT instead of dying mid-round; restores the old handlers."""
+
+    def __init__(self):
+        self.signum = None
+        self._old = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, _frame):
+        self.signum = signum
+
+    def __exit__(self, *exc):
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
 
 
 def prepare_workdir(workdir: str, config: dict) -> None:
@@ -113,18 +153,17 @@ def run(config: dict, workdir: str, *, log=print, progress=None) -> list[dict]:
         "execution": experiment.algorithm_kwargs(config)["execution"],
         "num_devices": experiment.num_devices(config),
         "costs": exp.algorithm.costs._asdict()})
-    algo = exp.algorithm
-    state = algo.init(exp.init_params, num_clients=config["num_clients"])
-    checkpointer = Checkpointer(workdir, keep=config["keep_checkpoints"])
-    start = checkpointer.latest_round() or 0
+    state = exp.algorithm.init(exp.init_params, num_clients=config["num_clients"])
+    checkpointer = Checkpointer(workdir, keep=config["keep_checkpoints"], log=log)
+    start, restored = checkpointer.restore(state)
     if start:
-        state = checkpointer.restore(state)
+        state = restored
         log(f"resumed from the checkpoint after round {start}")
     rows = read_metrics(workdir, upto_round=start)
     _rewrite_metrics(workdir, rows)
     decay = experiment.local_lr_decay(config)
-    seed, rounds = config["seed"], config["rounds"]
-    root_key = jax.random.fold_in(jax.random.key(seed), 1)
+    rounds = config["rounds"]
+    root_key = jax.random.fold_in(jax.random.key(config["seed"]), 1)
     from tensorboardX import SummaryWriter
 
     writer = SummaryWriter(os.path.join(workdir, "tb"))
@@ -132,46 +171,36 @@ def run(config: dict, workdir: str, *, log=print, progress=None) -> list[dict]:
     metrics_file = open(os.path.join(workdir, "metrics.jsonl"), "a")
     last_accuracy = rows[-1].get("test_accuracy") if rows else None
     try:
-        for t in range(start, rounds):
-            t0 = time.perf_counter()
-            ids = data.sample_clients(np.random.default_rng([seed, 1, t]),
-                                      config["num_clients"], exp.clients_per_round)
-            batches = data.round_batches(exp.shards, ids, epochs=config["local_epochs"],
-                                         batch_size=config["batch_size"],
-                                         rng=np.random.default_rng([seed, 2, t]))
-            lr = np.float32(config["local_lr"] * decay ** t)
-            new_state, metrics = algo.apply(state, RoundInput(ids, batches, lr),
-                                            jax.random.fold_in(root_key, t))
-            metrics = {k: float(v) for k, v in metrics.items()}
-            if not (math.isfinite(metrics["train_loss"]) and bool(_all_finite(new_state.params))):
-                raise DivergenceError(
-                    f"round {t + 1}: non-finite {'train loss' if not math.isfinite(metrics['train_loss']) else 'parameters'}"
-                    f" (train_loss={metrics['train_loss']}); likely beta={float(state.beta)} or "
-                    f"local_lr={float(lr):.4g} is too large. The last good checkpoint "
-                    f"(round {checkpointer.latest_round() or 0}) and metrics.jsonl are kept.")
-            state = new_state
-            row = {"round": t + 1, **metrics, "local_lr": float(lr),
-                   "train_seconds": time.perf_counter() - t0}
-            if (t + 1) % config["eval_every"] == 0 or t + 1 == rounds:
-                t1 = time.perf_counter()
-                row.update({k: float(v) for k, v in exp.evaluate(state.params).items()})
-                row["eval_seconds"] = time.perf_counter() - t1
-                last_accuracy = row["test_accuracy"]
-            metrics_file.write(json.dumps(row) + "\n")
-            metrics_file.flush()
-            for k, v in row.items():
-                if k != "round":
-                    writer.add_scalar(k, v, t + 1)
-            rows.append(row)
-            if bar is not None:
-                bar.set_postfix(acc=f"{last_accuracy:.4f}" if last_accuracy is not None else "-",
-                                loss=f"{row['train_loss']:.4f}")
-                bar.update(1)
-            else:
-                log(_line(row))
-            every = config["checkpoint_every"]
-            if (every and (t + 1) % every == 0) or t + 1 == rounds:
-                checkpointer.save(t + 1, state)
+        with _StopRequest() as stop:
+            for t in range(start, rounds):
+                _fault_point("round_start", t + 1)
+                state, row = _train_round(exp, config, state, t, root_key, decay,
+                                          checkpointer.latest_round() or 0)
+                if (t + 1) % config["eval_every"] == 0 or t + 1 == rounds:
+                    t1 = time.perf_counter()
+                    row.update({k: float(v) for k, v in exp.evaluate(state.params).items()})
+                    _fault_point("eval", t + 1)
+                    row["eval_seconds"] = time.perf_counter() - t1
+                    last_accuracy = row["test_accuracy"]
+                metrics_file.write(json.dumps(row) + "\n")
+                metrics_file.flush()
+                _fault_point("metrics_written", t + 1)
+                for k, v in row.items():
+                    if k != "round":
+                        writer.add_scalar(k, v, t + 1)
+                rows.append(row)
+                if bar is not None:
+                    bar.set_postfix(loss=f"{row['train_loss']:.4f}", acc="-" if last_accuracy
+                                    is None else f"{last_accuracy:.4f}")
+                    bar.update(1)
+                else:
+                    log(_line(row))
+                every = config["checkpoint_every"]
+                if (every and (t + 1) % every == 0) or t + 1 == rounds or stop.signum:
+                    checkpointer.save(t + 1, state)
+                    _fault_point("checkpoint_saved", t + 1)
+                if stop.signum:
+                    raise Stopped(stop.signum, t + 1)
     finally:
         metrics_file.close()
         writer.close()
@@ -179,6 +208,31 @@ def run(config: dict, workdir: str, *, log=print, progress=None) -> list[dict]:
         if bar is not None:
             bar.close()
     return rows
+
+
+def _train_round(exp, config, state, t, root_key, decay, last_checkpoint):
+    """Round t (0-based): its inputs from (seed, t), the jitted round, the divergence guard."""
+    t0 = time.perf_counter()
+    seed = config["seed"]
+    ids = data.sample_clients(np.random.default_rng([seed, 1, t]), config["num_clients"],
+                              exp.clients_per_round)
+    batches = data.round_batches(exp.shards, ids, epochs=config["local_epochs"],
+                                 batch_size=config["batch_size"],
+                                 rng=np.random.default_rng([seed, 2, t]))
+    lr = np.float32(config["local_lr"] * decay ** t)
+    new_state, metrics = exp.algorithm.apply(state, RoundInput(ids, batches, lr),
+                                             jax.random.fold_in(root_key, t))
+    metrics = {k: float(v) for k, v in metrics.items()}
+    loss_ok = math.isfinite(metrics["train_loss"])
+    if not (loss_ok and bool(_all_finite(new_state.params))):
+        raise DivergenceError(
+            f"round {t + 1}: non-finite {'parameters' if loss_ok else 'train loss'} "
+            f"(train_loss={metrics['train_loss']}); likely beta={float(state.beta):g} or "
+            f"local_lr={float(lr):.4g} is too large. The last good checkpoint (round "
+            f"{last_checkpoint}) and metrics.jsonl are kept.")
+    row = {"round": t + 1, **metrics, "local_lr": float(lr),
+           "train_seconds": time.perf_counter() - t0}
+    return new_state, row
 
 
 def _line(row):

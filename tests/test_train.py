@@ -14,10 +14,10 @@ TINY = ["--config.rounds=3", "--config.num_clients=8", "--config.participation=0
         "--config.local_epochs=1", "--config.eval_every=2", "--config.checkpoint_every=1"]
 
 
-def train(workdir, *overrides, wait=True):
+def train(workdir, *overrides, wait=True, env=None):
     cmd = [sys.executable, "-m", "experiments.train", "--config",
            "experiments/configs/default.py", f"--workdir={workdir}", *overrides]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", **(env or {})}
     if not wait:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)

@@ -59,7 +59,11 @@ def load(name: str, split: str, *, data_dir=None, cache_dir=None, download: bool
     cache = os.path.join(_cache_dir(cache_dir), key)
     if os.path.exists(cache + ".labels.npy"):
         return np.load(cache + ".images.npy"), np.load(cache + ".labels.npy"), num_classes
-    rows = [source[i] for i in range(len(source))]
+    try:
+        rows = [source[i] for i in range(len(source))]
+    except Exception as err:  # a truncated or damaged record file
+        raise ValueError(f"dataset {name!r} split {split!r}: cannot read its records in "
+                         f"{builder.data_dir} ({type(err).__name__}: {err})") from None
     images = np.stack([np.asarray(r["image"], np.uint8) for r in rows])
     labels = np.asarray([r["label"] for r in rows], np.int32)
     check_split(images, labels, num_classes, f"{key} in {builder.data_dir}")

@@ -6,9 +6,11 @@ worse inside lax.scan; ../shared/PERFORMANCE.md). `fast_conv` is a drop-in for
 
     dL/dW[i, j] = sum_{b, p, q} x_pad[b, s p + i, s q + j, :]^T  g[b, p, q, :]
 
-one [Cin, B Ho Wo] @ [B Ho Wo, Cout] matmul per kernel tap (i, j), the taps walked with
-lax.scan to keep memory and compile time low; the input gradient is XLA's own (fast)
-transposed convolution. Forward values are identical; gradients match to float tolerance.
+computed as one matmul: the kh*kw shifted input windows are stacked along the channel axis
+(im2col, kh*kw times the input's memory) and multiplied with the output cotangent. This was
+~9% faster per CNN round here than one matmul per tap walked with lax.scan (the form
+PERFORMANCE.md measured). The input gradient is XLA's own (fast) transposed convolution.
+Forward values are identical; gradients match the stock ones to float tolerance.
 
 `conv_fn("auto")` picks `fast_conv` on CPU and the stock convolution elsewhere (cuDNN has
 real weight-gradient kernels).
@@ -28,19 +30,15 @@ def _stock(x, w, strides, pads):
 
 
 def _weight_grad(x, g, kernel_shape, strides, pads):
+    """dL/dW as one [kh kw Cin, B Ho Wo] @ [B Ho Wo, Cout] matmul over the stacked taps."""
     kh, kw, cin, cout = kernel_shape
     sh, sw = strides
-    batch, out_h, out_w, _ = g.shape
+    _, out_h, out_w, _ = g.shape
     x_pad = jnp.pad(x, ((0, 0), pads[0], pads[1], (0, 0)))
-    g_flat = g.reshape(-1, cout)
-    window = (batch, (out_h - 1) * sh + 1, (out_w - 1) * sw + 1, cin)
-
-    def tap(_, t):
-        patch = lax.dynamic_slice(x_pad, (0, t // kw, t % kw, 0), window)[:, ::sh, ::sw, :]
-        return None, patch.reshape(-1, cin).T @ g_flat
-
-    _, taps = lax.scan(tap, None, jnp.arange(kh * kw))
-    return taps.reshape(kernel_shape)
+    cols = [x_pad[:, i:i + (out_h - 1) * sh + 1:sh, j:j + (out_w - 1) * sw + 1:sw, :]
+            for i in range(kh) for j in range(kw)]
+    patches = jnp.stack(cols, axis=3).reshape(-1, kh * kw * cin)
+    return (patches.T @ g.reshape(-1, cout)).reshape(kernel_shape)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))

@@ -1,0 +1,168 @@
+"""Reliability: kills at many points, SIGTERM, corrupted checkpoints, bad configs, bad data."""
+import copy
+import json
+import os
+import shutil
+import signal
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from experiments.configs import default
+from fedinit_jax import data, experiment, simulation
+from test_train import TINY, rows, train, without_timing
+
+SLOW = [*TINY[1:], "--config.rounds=6", "--config.local_epochs=10", "--config.eval_every=2"]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """An uninterrupted run of SLOW: its metrics rows."""
+    workdir = tmp_path_factory.mktemp("reference")
+    result = train(workdir, *SLOW)
+    assert result.returncode == 0, result.stderr
+    return without_timing(rows(workdir))
+
+
+@pytest.mark.parametrize("point", ["round_start:3", "eval:4", "metrics_written:3",
+                                   "checkpoint_saved:2", "metrics_written:6"])
+def test_sigkill_at_fault_points_then_resume(tmp_path, reference, point):
+    killed = train(tmp_path, *SLOW, env={simulation.FAULT_VARIABLE: point})
+    assert killed.returncode == -signal.SIGKILL
+    resumed = train(tmp_path, *SLOW)
+    assert resumed.returncode == 0, resumed.stderr
+    got = without_timing(rows(tmp_path))
+    assert got == reference  # bit-identical numbers, no duplicated or missing rows
+
+
+def test_sigkill_during_checkpoint_write(tmp_path, reference):
+    """Kill while orbax's temporary checkpoint directory exists (mid-write), then resume."""
+    proc = train(tmp_path, *SLOW, wait=False)
+    ckpt = tmp_path / "checkpoints"
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if ckpt.exists() and any("tmp" in p.name for p in ckpt.iterdir() if p.name != "2"):
+            break
+        time.sleep(0.0005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    resumed = train(tmp_path, *SLOW)
+    assert resumed.returncode == 0, resumed.stderr
+    assert without_timing(rows(tmp_path)) == reference
+
+
+def test_sigterm_checkpoints_at_round_boundary_and_exits(tmp_path, reference):
+    proc = train(tmp_path, *SLOW, wait=False)
+    metrics = tmp_path / "metrics.jsonl"
+    deadline = time.time() + 240
+    while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n")):
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=240)
+    done = len(rows(tmp_path))
+    if done < 6:  # the signal arrived before the last round
+        assert proc.returncode == 128 + signal.SIGTERM, stderr
+        assert f"stopped by SIGTERM after round {done}" in stderr
+        assert str(done) in os.listdir(tmp_path / "checkpoints")
+    assert train(tmp_path, *SLOW).returncode == 0
+    assert without_timing(rows(tmp_path)) == reference
+
+
+def test_corrupted_latest_checkpoint_falls_back(tmp_path):
+    four = [*TINY[1:], "--config.rounds=4"]
+    assert train(tmp_path / "ref", *[*TINY[1:], "--config.rounds=6"]).returncode == 0
+    assert train(tmp_path / "run", *four).returncode == 0
+    latest = tmp_path / "run" / "checkpoints" / "4"
+    for root, _, files in os.walk(latest):
+        for name in files:
+            with open(os.path.join(root, name), "r+b") as f:
+                f.truncate(max(0, os.path.getsize(f.name) // 3))
+    result = train(tmp_path / "run", *[*TINY[1:], "--config.rounds=6"])
+    assert result.returncode == 0, result.stderr
+    assert "unreadable" in result.stdout + result.stderr
+    assert (tmp_path / "run" / "checkpoints" / "corrupt-4").exists()
+    assert without_timing(rows(tmp_path / "run")) == without_timing(rows(tmp_path / "ref"))
+
+
+def test_partial_metrics_line_is_dropped(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"round": 1, "a": 1.0}\n{"round": 2, "a"')
+    assert simulation.read_metrics(str(tmp_path)) == [{"round": 1, "a": 1.0}]
+
+
+# ------------------------------------------------------------------ config validation
+
+BASE = default.get_config().to_dict()
+BAD_VALUES = {
+    "rounds": [0, -3, 1.5, "10", None, True], "num_clients": [0, -1, 2.0, "x"],
+    "participation": [0.0, -0.1, 1.01, float("nan"), "half"], "local_lr": [0.0, -1.0, float("inf")],
+    "batch_size": [0, -5, 3.5], "local_epochs": [0, -1], "eval_every": [0],
+    "dirichlet_alpha": [0.0, -0.5, float("nan")], "client_noise": [-0.1, float("inf")],
+    "category_noise": [-1.0], "weight_decay": [-1e-3], "clip_norm": [-1.0],
+    "algorithm": ["fedfoo", "", 3], "model": ["resnet50", None], "partition": ["random"],
+    "delta_from": ["local", None], "execution": ["pmap"], "lr_decay": [0.0, 1.5, -1.0],
+    "beta": [float("nan"), float("inf")], "conv": ["cudnn"], "seed": [-1, 0.5],
+    "keep_checkpoints": [0], "checkpoint_every": [-1], "num_devices": [-1],
+    "model_width": [0.0, -1.0], "classes_per_client": [0],
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(sorted(BAD_VALUES)).flatmap(
+    lambda field: st.tuples(st.just(field), st.sampled_from(BAD_VALUES[field]))))
+def test_random_invalid_configs_name_the_field(field_value):
+    field, value = field_value
+    config = copy.deepcopy(BASE)
+    config[field] = value
+    with pytest.raises(ValueError, match=f"config.{field}="):
+        experiment.validate(config)
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"algorithm": "fedavg", "rho": 0.1}, "rho"),
+    ({"model": "vgg11", "model_width": 0.5}, "model_width"),
+    ({"num_clients": 4, "participation": 0.1}, "participation"),
+    ({"execution": "chunked", "chunk_size": 0}, "chunk_size"),
+])
+def test_cross_field_rules(changes, field):
+    with pytest.raises(ValueError, match=f"config.{field}="):
+        experiment.validate({**BASE, **changes})
+
+
+def test_default_config_is_valid():
+    experiment.validate(BASE)
+
+
+# ------------------------------------------------------------------ data faults
+
+def test_bad_split_contents_are_named():
+    images = np.zeros((4, 8, 8, 3), np.uint8)
+    with pytest.raises(ValueError, match="where.*labels out of range"):
+        data.tfds_source.check_split(images, np.array([0, 1, 2, 10]), 10, "where")
+    with pytest.raises(ValueError, match="where.*uint8"):
+        data.tfds_source.check_split(images[..., 0], np.zeros(4, np.int32), 10, "where")
+    with pytest.raises(ValueError, match="where.*3 labels for 4 images"):
+        data.tfds_source.check_split(images, np.zeros(3, np.int32), 10, "where")
+
+
+SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "tfds", "cifar10", "3.0.2")
+
+
+@pytest.mark.skipif(not os.path.isdir(SHARED), reason="../shared/tfds is not here")
+@pytest.mark.parametrize("fault", ["missing", "truncated"])
+def test_damaged_tfds_split_file(tmp_path, fault):
+    target = tmp_path / "tfds" / "cifar10" / "3.0.2"
+    target.mkdir(parents=True)
+    for name in os.listdir(SHARED):
+        if "test" not in name:
+            os.symlink(os.path.abspath(os.path.join(SHARED, name)), target / name)
+    record = "cifar10-test.array_record-00000-of-00001"
+    if fault == "truncated":
+        with open(os.path.join(SHARED, record), "rb") as src:
+            (target / record).write_bytes(src.read(100_000))
+    with pytest.raises((FileNotFoundError, ValueError), match="cifar10.*test"):
+        data.load("cifar10", "test", data_dir=str(tmp_path / "tfds"),
+                  cache_dir=str(tmp_path / "cache"))
+    assert not os.path.exists(tmp_path / "cache") or not os.listdir(tmp_path / "cache")
