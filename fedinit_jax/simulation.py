@@ -154,6 +154,7 @@ def run(config: dict, workdir: str, *, log=print, progress=None) -> list[dict]:
         "num_devices": experiment.num_devices(config),
         "costs": exp.algorithm.costs._asdict()})
     state = exp.algorithm.init(exp.init_params, num_clients=config["num_clients"])
+    log(_state_memory_line(state, config["num_clients"]))
     checkpointer = Checkpointer(workdir, keep=config["keep_checkpoints"], log=log)
     start, restored = checkpointer.restore(state)
     if start:
@@ -233,6 +234,17 @@ def _train_round(exp, config, state, t, root_key, decay, last_checkpoint):
     row = {"round": t + 1, **metrics, "local_lr": float(lr),
            "train_seconds": time.perf_counter() - t0}
     return new_state, row
+
+
+def _state_memory_line(state, num_clients):
+    """The per-client state's size: C x (vectors per client) x d x bytes, and the total."""
+    d = sum(int(x.size) for x in jax.tree.leaves(state.params))
+    per_client = (sum(x.nbytes for x in jax.tree.leaves((state.client_params, state.client_extra)))
+                  // num_clients)
+    vectors = per_client // (4 * d) if d else 0
+    total = per_client * num_clients
+    return (f"per-client state: C={num_clients} x {vectors} vectors x d={d:,} x 4 bytes = "
+            f"{total / 2**30:.2f} GiB (global model {4 * d / 2**20:.1f} MiB)")
 
 
 def _line(row):
