@@ -15,27 +15,37 @@ from experiments.configs import default
 from fedinit_jax import data, experiment, simulation
 from test_train import TINY, rows, train, without_timing
 
-SLOW = [*TINY[1:], "--config.rounds=6", "--config.local_epochs=10", "--config.eval_every=2"]
+FAST = [*TINY[1:], "--config.rounds=6", "--config.eval_every=2"]
+SLOW = [*FAST, "--config.local_epochs=10"]  # rounds long enough to signal one mid-run
+
+
+def _reference(tmp_path_factory, overrides):
+    workdir = tmp_path_factory.mktemp("reference")
+    result = train(workdir, *overrides)
+    assert result.returncode == 0, result.stderr
+    return without_timing(rows(workdir))
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """An uninterrupted run of SLOW: its metrics rows."""
-    workdir = tmp_path_factory.mktemp("reference")
-    result = train(workdir, *SLOW)
-    assert result.returncode == 0, result.stderr
-    return without_timing(rows(workdir))
+    return _reference(tmp_path_factory, SLOW)
+
+
+@pytest.fixture(scope="module")
+def fast_reference(tmp_path_factory):
+    return _reference(tmp_path_factory, FAST)
 
 
 @pytest.mark.parametrize("point", ["round_start:3", "eval:4", "metrics_written:3",
                                    "checkpoint_saved:2", "metrics_written:6"])
-def test_sigkill_at_fault_points_then_resume(tmp_path, reference, point):
-    killed = train(tmp_path, *SLOW, env={simulation.FAULT_VARIABLE: point})
+def test_sigkill_at_fault_points_then_resume(tmp_path, fast_reference, point):
+    killed = train(tmp_path, *FAST, env={simulation.FAULT_VARIABLE: point})
     assert killed.returncode == -signal.SIGKILL
-    resumed = train(tmp_path, *SLOW)
+    resumed = train(tmp_path, *FAST)
     assert resumed.returncode == 0, resumed.stderr
     got = without_timing(rows(tmp_path))
-    assert got == reference  # bit-identical numbers, no duplicated or missing rows
+    assert got == fast_reference  # bit-identical numbers, no duplicated or missing rows
 
 
 def test_sigkill_during_checkpoint_write(tmp_path, reference):
