@@ -15,6 +15,11 @@ def relaxed_init(w_global, w_local, beta):
     return jax.tree.map(lambda w, wi: w + beta * (w - wi), w_global, w_local)
 
 
+def zeros_like(tree):
+    """A pytree of zeros shaped like `tree` (the initial c, c_i, h_i, d, mu_i, s)."""
+    return jax.tree.map(jnp.zeros_like, tree)
+
+
 def client_mean(tree):
     """Mean over the leading client axis: mean_S(x_i)."""
     return jax.tree.map(lambda x: jnp.mean(x, axis=0), tree)

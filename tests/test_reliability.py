@@ -1,8 +1,6 @@
 """Reliability: kills at many points, SIGTERM, corrupted checkpoints, bad configs, bad data."""
 import copy
-import json
 import os
-import shutil
 import signal
 import time
 

@@ -7,16 +7,12 @@
 alpha = 0.1 by default; alpha = 1 is exactly FedAvg.
 """
 import jax
-import jax.numpy as jnp
 
 from fedinit_jax.algorithms._checks import check_range
 from fedinit_jax.algorithms.fedavg import fedavg
 from fedinit_jax.correction import Correction
+from fedinit_jax.tree import zeros_like
 from fedinit_jax.types import Costs
-
-
-def _zeros(params):
-    return jax.tree.map(jnp.zeros_like, params)
 
 
 def _server_update(_d, _old, _new, mean_delta, steps_lr, _num_clients):
@@ -29,7 +25,7 @@ def correction(alpha: float) -> Correction:
     def gradient(g, _w, ctx):
         return jax.tree.map(lambda g, d: alpha * g + (1 - alpha) * d, g, ctx.server_extra)
 
-    return Correction(init_server=_zeros, gradient=gradient, server_update=_server_update,
+    return Correction(init_server=zeros_like, gradient=gradient, server_update=_server_update,
                       costs=Costs(down=("w", "d"), server_state=("d",), client_work=("d",)))
 
 

@@ -12,11 +12,8 @@ import jax.numpy as jnp
 from fedinit_jax.algorithms._checks import check_range
 from fedinit_jax.algorithms.fedavg import fedavg
 from fedinit_jax.correction import Correction
+from fedinit_jax.tree import zeros_like
 from fedinit_jax.types import Costs
-
-
-def _zeros(params):
-    return jax.tree.map(jnp.zeros_like, params)
 
 
 def _client_update(ctx, delta, _steps_lr, _carry=()):
@@ -34,7 +31,7 @@ def correction(lam: float) -> Correction:
         return jax.tree.map(lambda g, h, wk, w0: g + lam * h + lam * (wk - w0),
                             g, ctx.client_extra, w, ctx.w_start)
 
-    return Correction(init_client=_zeros, gradient=gradient, client_update=_client_update,
+    return Correction(init_client=zeros_like, gradient=gradient, client_update=_client_update,
                       global_model=_global_model,
                       costs=Costs(server_state=("mean_h",), client_state=("h_i",)))
 

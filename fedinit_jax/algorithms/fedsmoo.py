@@ -24,16 +24,13 @@ from fedinit_jax.algorithms.feddyn import correction as feddyn_correction
 from fedinit_jax.algorithms._checks import check_range
 from fedinit_jax.algorithms.fedavg import fedavg
 from fedinit_jax.correction import Correction, LocalContext
+from fedinit_jax.tree import zeros_like
 from fedinit_jax.types import Costs
 
 
 class ClientState(NamedTuple):
     h: Any   # FedDyn's h_i
     mu: Any  # the SAM dual variable mu_i
-
-
-def _zeros(params):
-    return jax.tree.map(jnp.zeros_like, params)
 
 
 def smoo_gradient(loss_fn, rho) -> local.Gradient:
@@ -77,7 +74,7 @@ def correction(lam: float, rho: float) -> Correction:
         return dyn.global_model(w_candidate, mean_w_end, s, client_extra.h)
 
     return Correction(
-        init_server=_zeros, init_client=lambda w: ClientState(_zeros(w), _zeros(w)),
+        init_server=zeros_like, init_client=lambda w: ClientState(zeros_like(w), zeros_like(w)),
         gradient=gradient, client_update=client_update, server_update=server_update,
         global_model=global_model,
         costs=Costs(down=("w", "s"), up=("delta", "mu_i"), server_state=("mean_h", "s"),

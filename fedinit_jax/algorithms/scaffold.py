@@ -9,11 +9,8 @@ import jax.numpy as jnp
 
 from fedinit_jax.algorithms.fedavg import fedavg
 from fedinit_jax.correction import Correction
+from fedinit_jax.tree import zeros_like
 from fedinit_jax.types import Costs
-
-
-def _zeros(params):
-    return jax.tree.map(jnp.zeros_like, params)
 
 
 def _gradient(g, _w, ctx):
@@ -30,7 +27,7 @@ def _server_update(c, old, new, _mean_delta, _steps_lr, num_clients):
 
 
 CORRECTION = Correction(
-    init_server=_zeros, init_client=_zeros, gradient=_gradient,
+    init_server=zeros_like, init_client=zeros_like, gradient=_gradient,
     client_update=_client_update, server_update=_server_update,
     costs=Costs(down=("w", "c"), up=("delta", "delta_c"), server_state=("c",),
                 client_state=("c_i",)))

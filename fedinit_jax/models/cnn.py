@@ -8,7 +8,7 @@ from typing import Any, Callable, Optional
 
 import flax.linen as nn
 
-TORCH_DEFAULT = nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
+from fedinit_jax.models.initializers import TORCH_DEFAULT
 
 
 class CNN(nn.Module):

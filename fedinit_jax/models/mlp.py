@@ -1,7 +1,7 @@
 """A small MLP (flatten - fc - relu - fc - relu - fc), for the embedded 8x8 digits dataset."""
 import flax.linen as nn
 
-TORCH_DEFAULT = nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
+from fedinit_jax.models.initializers import TORCH_DEFAULT
 
 
 class MLP(nn.Module):

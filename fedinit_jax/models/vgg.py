@@ -9,8 +9,8 @@ from typing import Any, Callable, Optional
 
 import flax.linen as nn
 
-KAIMING_FAN_OUT = nn.initializers.variance_scaling(2.0, "fan_out", "normal")
-TORCH_DEFAULT = nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
+from fedinit_jax.models.initializers import KAIMING_FAN_OUT, TORCH_DEFAULT
+
 VGG11 = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
 
 
