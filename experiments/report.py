@@ -48,7 +48,7 @@ def accuracy_tables(runs, window, last):
     pairs = defaultdict(dict)
     for run in runs:
         c = run.config
-        key = (R.DISPLAY.get(R.base_algorithm(c), R.base_algorithm(c)), R.setting(c),
+        key = (R.base_name(c), R.setting(c),
                c.get("delta_from", "global"))
         pairs[key].setdefault(R.beta_of(c), []).append(100 * R.final_accuracy(run, window, last))
     rows6 = []
@@ -109,8 +109,7 @@ def cost_table(runs):
     seen = {}
     for run in runs:
         if "costs" in run.info:
-            name = R.DISPLAY.get(run.config["algorithm"], "FedInit"
-                                 if run.config["algorithm"] == "fedinit" else run.config["algorithm"])
+            name = "FedInit" if run.config["algorithm"] == "fedinit" else R.base_name(run.config)
             seen.setdefault(name, (Costs(**{k: tuple(v) for k, v in run.info["costs"].items()}),
                                    run.info["num_params"], run.info["clients_per_round"],
                                    run.config["num_clients"]))
@@ -143,7 +142,7 @@ def figures(runs, out, window, last):
         series = defaultdict(lambda: defaultdict(list))
         for run in runs:
             c = run.config
-            label = f"{R.DISPLAY.get(R.base_algorithm(c))} {R.setting({**c, 'local_epochs': 0})}"
+            label = f"{R.base_name(c)} {R.setting({**c, 'local_epochs': 0})}"
             series[label][getter(c)].append(100 * R.final_accuracy(run, window, last))
         series = {k: v for k, v in series.items() if len(v) > 1}
         if not series:
@@ -165,7 +164,7 @@ def figures(runs, out, window, last):
     groups = defaultdict(list)
     for run in runs:
         c = run.config
-        groups[(R.DISPLAY.get(R.base_algorithm(c)), R.setting(c))].append(run)
+        groups[(R.base_name(c), R.setting(c))].append(run)
     for (base, s), rs in sorted(groups.items()):
         betas = sorted({R.beta_of(r.config) for r in rs})
         if len(betas) < 2:
@@ -193,7 +192,8 @@ def figures(runs, out, window, last):
 
 
 def _method_order(name):
-    order = ["FedAvg", "FedAdam", "FedSAM", "SCAFFOLD", "FedDyn", "FedCM", "FedProx", "FedInit"]
+    order = ["FedAvg", "FedAdam", "FedSAM", "SCAFFOLD", "FedDyn", "FedCM", "FedProx", "FedSpeed",
+             "FedSMOO", "FedGamma", "MoFedSAM", "FedInit"]
     head = name.split("+")[0].split("(")[0].split(" ")[0]
     return (order.index(head) if head in order else len(order), name)
 

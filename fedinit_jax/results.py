@@ -13,7 +13,8 @@ import numpy as np
 from fedinit_jax import algorithms, metrics
 
 DISPLAY = {"fedavg": "FedAvg", "fedadam": "FedAdam", "fedsam": "FedSAM", "scaffold": "SCAFFOLD",
-           "feddyn": "FedDyn", "fedcm": "FedCM", "fedprox": "FedProx"}
+           "feddyn": "FedDyn", "fedcm": "FedCM", "fedprox": "FedProx", "fedspeed": "FedSpeed",
+           "fedsmoo": "FedSMOO", "fedgamma": "FedGamma", "mofedsam": "MoFedSAM"}
 
 
 class Run(NamedTuple):
@@ -71,13 +72,19 @@ def base_algorithm(config) -> str:
     return "fedavg" if config["algorithm"] == "fedinit" else config["algorithm"]
 
 
+def base_name(config) -> str:
+    """Display name of the base algorithm (FedInit counts as FedAvg)."""
+    base = base_algorithm(config)
+    return DISPLAY.get(base, base)
+
+
 def method(config) -> str:
     """Display name: FedAvg, FedInit, SCAFFOLD+RI, FedInit(beta=0.2) [start], ..."""
-    base, beta = base_algorithm(config), beta_of(config)
-    if base == "fedavg" and beta != 0:
+    beta = beta_of(config)
+    if base_algorithm(config) == "fedavg" and beta != 0:
         name = "FedInit" if beta == 0.1 else f"FedInit(beta={beta:g})"
     else:
-        name = DISPLAY.get(base, base) + ("" if beta == 0 else
+        name = base_name(config) + ("" if beta == 0 else
                                           "+RI" if beta == 0.1 else f"+RI(beta={beta:g})")
     return name + (" [start]" if config.get("delta_from") == "start" else "")
 
