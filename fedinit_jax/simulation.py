@@ -27,7 +27,7 @@ from fedinit_jax import data, experiment
 from fedinit_jax.checkpoint import Checkpointer
 from fedinit_jax.types import RoundInput
 
-TIMING_FIELDS = ("train_seconds", "eval_seconds")
+RESUMABLE_CHANGES = ("rounds",)  # fields that may differ when a run is resumed (extended)
 FAULT_VARIABLE = "FEDINIT_FAULT"  # testing hook: "POINT:ROUND" SIGKILLs the run there
 
 
@@ -36,7 +36,6 @@ def _fault_point(point: str, rounds_done: int) -> None:
     process kills itself (SIGKILL, no cleanup) when it reaches that point of that round."""
     if os.environ.get(FAULT_VARIABLE) == f"{point}:{rounds_done}":
         os.kill(os.getpid(), signal.SIGKILL)
-RESUMABLE_CHANGES = ("rounds",)  # fields that may differ when a run is resumed (extended)
 
 
 class DivergenceError(RuntimeError):
