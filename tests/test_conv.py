@@ -50,3 +50,16 @@ def test_model_gradients_equal_across_conv_implementations(name):
 def test_unknown_conv():
     with pytest.raises(ValueError, match="conv="):
         models.get("cnn", 10, conv="cudnn")
+
+
+@pytest.mark.parametrize("size", [8, 9])
+def test_reshape_max_pool_equals_flax_max_pool(size):
+    import flax.linen as nn
+
+    from fedinit_jax.models.pool import max_pool_2x2
+
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(2, size, size, 3)), jnp.float32)
+    np.testing.assert_array_equal(max_pool_2x2(x), nn.max_pool(x, (2, 2), strides=(2, 2)))
+    g_ours = jax.grad(lambda x: jnp.sum(jnp.sin(max_pool_2x2(x))))(x)
+    g_flax = jax.grad(lambda x: jnp.sum(jnp.sin(nn.max_pool(x, (2, 2), strides=(2, 2)))))(x)
+    np.testing.assert_allclose(g_ours, g_flax, rtol=1e-6)  # no ties in continuous data

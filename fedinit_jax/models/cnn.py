@@ -9,6 +9,7 @@ from typing import Any, Callable, Optional
 import flax.linen as nn
 
 from fedinit_jax.models.initializers import TORCH_DEFAULT
+from fedinit_jax.models.pool import max_pool_2x2
 
 
 class CNN(nn.Module):
@@ -22,7 +23,7 @@ class CNN(nn.Module):
         for _ in range(2):
             x = nn.Conv(c, (5, 5), padding="VALID", kernel_init=TORCH_DEFAULT,
                         conv_general_dilated=self.conv)(x)
-            x = nn.max_pool(nn.relu(x), (2, 2), strides=(2, 2))
+            x = max_pool_2x2(nn.relu(x))
         x = x.reshape(x.shape[0], -1)
         for features in (int(384 * self.width), int(192 * self.width)):
             x = nn.relu(nn.Dense(max(1, features), kernel_init=TORCH_DEFAULT)(x))

@@ -50,10 +50,23 @@ def _fwd(x, w, strides, pads):
     return _stock(x, w, strides, pads), (x, w)
 
 
+def _input_grad(x, w, g, strides, pads):
+    """dL/dx. Stride 1: a plain convolution of the cotangent with the spatially flipped,
+    in/out-transposed kernel (XLA:CPU runs its own transposed convolution far slower);
+    other strides: XLA's own transpose."""
+    if tuple(strides) != (1, 1):
+        _, input_vjp = jax.vjp(lambda x_: _stock(x_, w, strides, pads), x)
+        return input_vjp(g)[0]
+    kh, kw = w.shape[0], w.shape[1]
+    flipped = jnp.swapaxes(w[::-1, ::-1], 2, 3)
+    back_pads = ((kh - 1 - pads[0][0], kh - 1 - pads[0][1]),
+                 (kw - 1 - pads[1][0], kw - 1 - pads[1][1]))
+    return _stock(g, flipped, (1, 1), back_pads)
+
+
 def _bwd(strides, pads, residuals, g):
     x, w = residuals
-    _, input_vjp = jax.vjp(lambda x_: _stock(x_, w, strides, pads), x)
-    (dx,) = input_vjp(g)
+    dx = _input_grad(x, w, g, strides, pads).astype(x.dtype)
     return dx, _weight_grad(x, g, w.shape, strides, pads).astype(w.dtype)
 
 

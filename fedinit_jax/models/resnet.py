@@ -8,9 +8,9 @@ Every norm is GroupNorm(2 groups); convs are Kaiming-normal (fan-out) like torch
 from typing import Any, Callable, Optional
 
 import flax.linen as nn
+import jax.numpy as jnp
 
 from fedinit_jax.models.initializers import KAIMING_FAN_OUT, TORCH_DEFAULT
-import jax.numpy as jnp
 
 
 def _conv(conv, features, kernel, stride=1, padding=0):

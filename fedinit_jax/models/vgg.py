@@ -10,6 +10,7 @@ from typing import Any, Callable, Optional
 import flax.linen as nn
 
 from fedinit_jax.models.initializers import KAIMING_FAN_OUT, TORCH_DEFAULT
+from fedinit_jax.models.pool import max_pool_2x2
 
 VGG11 = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
 
@@ -22,7 +23,7 @@ class VGG11Net(nn.Module):
     def __call__(self, x):
         for layer in VGG11:
             if layer == "M":
-                x = nn.max_pool(x, (2, 2), strides=(2, 2))
+                x = max_pool_2x2(x)
             else:
                 x = nn.relu(nn.Conv(layer, (3, 3), padding=((1, 1), (1, 1)),
                                     kernel_init=KAIMING_FAN_OUT, conv_general_dilated=self.conv)(x))
