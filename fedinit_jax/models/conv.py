@@ -7,10 +7,13 @@ worse inside lax.scan; ../shared/PERFORMANCE.md). `fast_conv` is a drop-in for
     dL/dW[i, j] = sum_{b, p, q} x_pad[b, s p + i, s q + j, :]^T  g[b, p, q, :]
 
 computed as one matmul: the kh*kw shifted input windows are stacked along the channel axis
-(im2col, kh*kw times the input's memory) and multiplied with the output cotangent. This was
-~9% faster per CNN round here than one matmul per tap walked with lax.scan (the form
-PERFORMANCE.md measured). The input gradient is XLA's own (fast) transposed convolution.
-Forward values are identical; gradients match the stock ones to float tolerance.
+(im2col, kh*kw times the input's memory) and multiplied with the output cotangent (~9% faster
+per CNN round here than one matmul per tap walked with lax.scan, the form PERFORMANCE.md
+measured). For stride 1 the input gradient is a plain convolution of the cotangent with the
+spatially flipped, in/out-transposed kernel, which XLA:CPU runs ~1.5x faster than its own
+transposed convolution; other strides use XLA's. The forward is XLA's convolution (an im2col
+forward measured slower). Forward values are identical; gradients match the stock ones to
+float tolerance (tests/test_conv.py).
 
 `conv_fn("auto")` picks `fast_conv` on CPU and the stock convolution elsewhere (cuDNN has
 real weight-gradient kernels).
