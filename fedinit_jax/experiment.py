@@ -35,6 +35,7 @@ class Experiment(NamedTuple):
     num_classes: int
     clients_per_round: int
     steps_per_round: int
+    options: dict           # the resolved builder arguments (execution, num_devices, ...)
 
 
 def _fail(field, value, allowed):
@@ -187,7 +188,7 @@ def build(config) -> Experiment:
     evaluate = tasks.make_evaluator(model.apply, test_x, test_y, mean, std)
     steps = config["local_epochs"] * data.steps_per_epoch(shard_size, config["batch_size"])
     return Experiment(shards, evaluate, algo, init_params, num_classes,
-                      clients_per_round(config), steps)
+                      clients_per_round(config), steps, kwargs)
 
 
 def _channel_stats(images):

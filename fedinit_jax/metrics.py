@@ -19,12 +19,6 @@ def smooth(values, window: int = 5) -> np.ndarray:
     return np.convolve(values, np.ones(window) / window, mode="valid")
 
 
-def smoothed_final(values, window: int = 5, last: int = 50) -> float:
-    """max over the last `last` points of the smoothed curve (the paper's table entry)."""
-    curve = smooth(values, window)
-    return float(np.max(curve[-last:]))
-
-
 def rounds_to_target(rounds, values, target: float):
     """First round whose value reaches `target`, or None."""
     for r, v in zip(rounds, values):

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedinit_jax import tree
 from fedinit_jax.round import check_round_input
 from fedinit_jax.types import FederatedAlgorithm, FedState, RoundInput
 
@@ -40,7 +41,7 @@ def init(algo: FederatedAlgorithm, params, num_clients: int, *, betas=None,
         if not num_replicas or num_replicas < 1:
             raise ValueError("replicas.init needs betas=[...] or num_replicas >= 1")
         single = algo.init(params, num_clients)
-        states = jax.tree.map(lambda x: jnp.repeat(x[None], num_replicas, axis=0), single)
+        states = tree.stack(single, num_replicas)
     if betas is not None:
         states = states._replace(beta=jnp.asarray(betas, jnp.float32))
     return states

@@ -103,11 +103,16 @@ def curve(run: Run, field: str):
     return np.array([p[0] for p in pts]), np.array([p[1] for p in pts], np.float64)
 
 
-def final_accuracy(run: Run, window: int, last: int) -> float:
-    """Smoothed test accuracy, max over the points of the last `last` rounds (paper 5.1)."""
+def smoothed_accuracy(run: Run, window: int):
+    """(round each smoothed point ends at, moving-average test accuracy)."""
     rounds, acc = curve(run, "test_accuracy")
     smooth = metrics.smooth(acc, window)
-    ends = rounds[len(rounds) - len(smooth):]  # the round each smoothed point ends at
+    return rounds[len(rounds) - len(smooth):], smooth
+
+
+def final_accuracy(run: Run, window: int, last: int) -> float:
+    """Smoothed test accuracy, max over the points of the last `last` rounds (paper 5.1)."""
+    ends, smooth = smoothed_accuracy(run, window)
     keep = ends > ends[-1] - last
     return float(np.max(smooth[keep]))
 
@@ -122,10 +127,7 @@ def seconds_per_round(run: Run):
 def to_target(run: Run, target: float, window: int):
     """(rounds, train seconds) until the smoothed accuracy first reaches target, or None;
     the time is rounds x the mean seconds per round (the compiling first round left out)."""
-    rounds, acc = curve(run, "test_accuracy")
-    smooth = metrics.smooth(acc, window)
-    ends = rounds[len(rounds) - len(smooth):]
-    hit = metrics.rounds_to_target(ends, smooth, target)
+    hit = metrics.rounds_to_target(*smoothed_accuracy(run, window), target)
     if hit is None:
         return None
     return hit, hit * seconds_per_round(run)[0]

@@ -149,8 +149,7 @@ def run(config: dict, workdir: str, *, log=print, progress=None) -> list[dict]:
         "num_params": sum(int(x.size) for x in jax.tree.leaves(exp.init_params)),
         "num_classes": exp.num_classes, "clients_per_round": exp.clients_per_round,
         "local_steps": exp.steps_per_round, "backend": jax.default_backend(),
-        "execution": experiment.algorithm_kwargs(config)["execution"],
-        "num_devices": experiment.num_devices(config),
+        "execution": exp.options["execution"], "num_devices": exp.options["num_devices"],
         "costs": exp.algorithm.costs._asdict()})
     state = exp.algorithm.init(exp.init_params, num_clients=config["num_clients"])
     log(_state_memory_line(state, config["num_clients"]))

@@ -3,6 +3,7 @@ import jax
 import numpy as np
 import pytest
 
+from conftest import counting
 from fedinit_jax import RoundInput, algorithms, metrics, models, tasks
 
 NUM_CLIENTS, N, K, B = 4, 2, 2, 4
@@ -24,11 +25,7 @@ def cnn_task():
 
 
 def _run(name, loss_fn, params, rounds, **kwargs):
-    traces = []
-
-    def counting_loss(p, batch, key):
-        traces.append(1)
-        return loss_fn(p, batch, key)
+    counting_loss, traces = counting(loss_fn)
 
     algo = algorithms.get(name, counting_loss, beta=0.1, **kwargs)
     state = algo.init(params, num_clients=NUM_CLIENTS)

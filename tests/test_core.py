@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import NUM_CLIENTS, flat, linreg_loss, params_from
+from conftest import NUM_CLIENTS, counting, flat, linreg_loss, params_from
 from fedinit_jax import RoundInput, algorithms
 from numpy_reference import simulate
 
@@ -103,11 +103,7 @@ def test_two_devices_match_one(linreg_rounds, theta0, execution):
     """The client axis sharded over 2 XLA CPU devices gives the same state as 1 device."""
     assert len(jax.devices()) >= 2, "conftest sets --xla_force_host_platform_device_count=2"
     two_client_rounds = [(ids[:2], xs[:2], ys[:2], lr) for ids, xs, ys, lr in linreg_rounds]
-    traces = []
-
-    def counting_loss(params, batch, key):
-        traces.append(1)
-        return linreg_loss(params, batch, key)
+    counting_loss, traces = counting(linreg_loss)
 
     one, h1 = run(algorithms.fedinit(linreg_loss, execution=execution), theta0, two_client_rounds)
     two, h2 = run(algorithms.fedinit(counting_loss, execution=execution, num_devices=2), theta0,
@@ -132,11 +128,7 @@ def test_uneven_split_over_devices_is_refused(linreg_rounds, theta0):
 
 
 def test_one_trace_for_three_rounds_and_stable_state(linreg_rounds, theta0):
-    traces = []
-
-    def counting_loss(params, batch, key):
-        traces.append(1)
-        return linreg_loss(params, batch, key)
+    counting_loss, traces = counting(linreg_loss)
 
     algo = algorithms.fedinit(counting_loss, execution="sequential")
     state = algo.init(params_from(theta0), num_clients=NUM_CLIENTS)
@@ -202,11 +194,7 @@ def test_bad_builder_arguments(kwargs, field):
     (RoundInput(np.array([[0, 1]]), _inp([0, 1]).batches, 0.1), "client_ids"),
 ])
 def test_bad_round_input(theta0, inp, field):
-    traces = []
-
-    def counting_loss(params, batch, key):
-        traces.append(1)
-        return linreg_loss(params, batch, key)
+    counting_loss, traces = counting(linreg_loss)
 
     algo = algorithms.fedinit(counting_loss)
     state = algo.init(params_from(theta0), num_clients=6)
