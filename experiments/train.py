@@ -19,6 +19,11 @@ from experiments.cli import parse_flags  # noqa: E402
 config_flags.DEFINE_config_file("config", "experiments/configs/default.py",
                                 "Experiment config file (ml_collections).", lock_config=True)
 flags.DEFINE_string("workdir", None, "Output directory: metrics, checkpoints, config.")
+flags.DEFINE_bool("distributed", False, "Multi-process run: jax.distributed.initialize() from "
+                  "the environment (TPU pod slice, SLURM, Open MPI); see fedinit_jax/distributed.py.")
+flags.DEFINE_string("coordinator_address", None, "Multi-process by hand: host:port of process 0.")
+flags.DEFINE_integer("num_processes", None, "Multi-process by hand: number of processes.")
+flags.DEFINE_integer("process_id", None, "Multi-process by hand: this process's index.")
 FLAGS = flags.FLAGS
 
 
@@ -32,6 +37,11 @@ def main(argv):
         sys.exit(2)
     config = FLAGS.config.to_dict()
     try:
+        by_hand = (FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
+        if FLAGS.distributed or any(v is not None for v in by_hand):
+            from fedinit_jax import distributed
+
+            distributed.initialize(*by_hand)
         rows = simulation.run(config, FLAGS.workdir)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedinit_jax import data, experiment
+from fedinit_jax import data, distributed, experiment
 from fedinit_jax.checkpoint import Checkpointer
 from fedinit_jax.types import RoundInput
 
@@ -142,15 +142,23 @@ def _progress(total, initial, enabled):
 
 
 def run(config: dict, workdir: str, *, log=print, progress=None) -> list[dict]:
-    """Train (or resume) the configured experiment; returns all metrics rows."""
+    """Train (or resume) the configured experiment; returns all metrics rows.
+
+    In a multi-process run (distributed.py) every process calls this with the same config and
+    workdir; process 0 writes the files and logs, all take part in the checkpoints.
+    """
     exp = experiment.build(config)  # validates first; loads data; nothing written yet
-    prepare_workdir(workdir, config)
-    _write_json(os.path.join(workdir, "run_info.json"), {
-        "num_params": sum(int(x.size) for x in jax.tree.leaves(exp.init_params)),
-        "num_classes": exp.num_classes, "clients_per_round": exp.clients_per_round,
-        "local_steps": exp.steps_per_round, "backend": jax.default_backend(),
-        "execution": exp.options["execution"], "num_devices": exp.options["num_devices"],
-        "costs": exp.algorithm.costs._asdict()})
+    primary = distributed.is_primary()
+    if primary:
+        prepare_workdir(workdir, config)
+        _write_json(os.path.join(workdir, "run_info.json"), {
+            "num_params": sum(int(x.size) for x in jax.tree.leaves(exp.init_params)),
+            "num_classes": exp.num_classes, "clients_per_round": exp.clients_per_round,
+            "local_steps": exp.steps_per_round, "backend": jax.default_backend(),
+            "execution": exp.options["execution"], "num_devices": exp.options["num_devices"],
+            "num_processes": jax.process_count(), "costs": exp.algorithm.costs._asdict()})
+    else:
+        log = _silent
     state = exp.algorithm.init(exp.init_params, num_clients=config["num_clients"])
     log(_state_memory_line(state, config["num_clients"]))
     checkpointer = Checkpointer(workdir, keep=config["keep_checkpoints"], log=log)
@@ -159,15 +167,17 @@ def run(config: dict, workdir: str, *, log=print, progress=None) -> list[dict]:
         state = restored
         log(f"resumed from the checkpoint after round {start}")
     rows = read_metrics(workdir, upto_round=start)
-    _rewrite_metrics(workdir, rows)
     decay = experiment.local_lr_decay(config)
     rounds = config["rounds"]
     root_key = jax.random.fold_in(jax.random.key(config["seed"]), 1)
-    from tensorboardX import SummaryWriter
+    writer = bar = metrics_file = None
+    if primary:
+        from tensorboardX import SummaryWriter
 
-    writer = SummaryWriter(os.path.join(workdir, "tb"))
-    bar = _progress(rounds, start, sys.stderr.isatty() if progress is None else progress)
-    metrics_file = open(os.path.join(workdir, "metrics.jsonl"), "a")
+        _rewrite_metrics(workdir, rows)
+        writer = SummaryWriter(os.path.join(workdir, "tb"))
+        bar = _progress(rounds, start, sys.stderr.isatty() if progress is None else progress)
+        metrics_file = open(os.path.join(workdir, "metrics.jsonl"), "a")
     last_accuracy = rows[-1].get("test_accuracy") if rows else None
     try:
         with _StopRequest() as stop:
@@ -181,32 +191,37 @@ def run(config: dict, workdir: str, *, log=print, progress=None) -> list[dict]:
                     _fault_point("eval", t + 1)
                     row["eval_seconds"] = time.perf_counter() - t1
                     last_accuracy = row["test_accuracy"]
-                metrics_file.write(json.dumps(row) + "\n")
-                metrics_file.flush()
-                _fault_point("metrics_written", t + 1)
-                for k, v in row.items():
-                    if k != "round":
-                        writer.add_scalar(k, v, t + 1)
                 rows.append(row)
-                if bar is not None:
-                    bar.set_postfix(loss=f"{row['train_loss']:.4f}", acc="-" if last_accuracy
-                                    is None else f"{last_accuracy:.4f}")
-                    bar.update(1)
-                else:
-                    log(_line(row))
+                if primary:
+                    metrics_file.write(json.dumps(row) + "\n")
+                    metrics_file.flush()
+                    _fault_point("metrics_written", t + 1)
+                    for k, v in row.items():
+                        if k != "round":
+                            writer.add_scalar(k, v, t + 1)
+                    if bar is not None:
+                        bar.set_postfix(loss=f"{row['train_loss']:.4f}", acc="-" if last_accuracy
+                                        is None else f"{last_accuracy:.4f}")
+                        bar.update(1)
+                    else:
+                        log(_line(row))
+                stopping = distributed.any_process(stop.signum is not None)
                 every = config["checkpoint_every"]
-                if (every and (t + 1) % every == 0) or t + 1 == rounds or stop.signum:
+                if (every and (t + 1) % every == 0) or t + 1 == rounds or stopping:
                     checkpointer.save(t + 1, state)
                     _fault_point("checkpoint_saved", t + 1)
-                if stop.signum:
-                    raise Stopped(stop.signum, t + 1)
+                if stopping:  # a signal on any process stops all of them at this boundary
+                    raise Stopped(stop.signum or signal.SIGTERM, t + 1)
     finally:
-        metrics_file.close()
-        writer.close()
+        for resource in (metrics_file, writer, bar):
+            if resource is not None:
+                resource.close()
         checkpointer.close()
-        if bar is not None:
-            bar.close()
     return rows
+
+
+def _silent(_line):
+    pass
 
 
 def _train_round(exp, config, state, t, root_key, decay, last_checkpoint):

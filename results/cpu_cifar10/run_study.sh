@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The CPU CIFAR-10 study: every cell of the README's "Does relaxed initialization help?".
 # Resumable: rerun the same command and finished cells are skipped, unfinished ones resume.
-#   TFDS_DATA_DIR=../shared/tfds bash results/cpu_cifar10/run_study.sh [RESULTS_DIR]
+#   TFDS_DATA_DIR=../shared/tfds bash results/cpu_cifar10/run_study.sh [RESULTS_DIR [--config.FIELD=VALUE ...]]
+# Extra arguments go to every sweep (e.g. --config.rounds=80 extends every finished cell).
 # Seeds run one after another over the whole grid, so a stopped study has whole seeds.
 set -euo pipefail
 out=${1:-results/cpu_cifar10}
+shift || true
+extra=("$@")
 py=${PYTHON:-python}
-sweep() { "$py" -m experiments.sweep --config experiments/configs/cpu_cifar10.py --results "$out" "$@"; }
+sweep() { "$py" -m experiments.sweep --config experiments/configs/cpu_cifar10.py --results "$out" "$@" "${extra[@]}"; }
 for s in 0 1 2; do
   # main grid (Table 4/6): the baselines and FedInit (beta 0.1), both splits
   sweep --algorithms=fedavg,fedinit,fedadam,fedsam --dirichlet_alphas=0.1,0.6 --seeds=$s

@@ -1,0 +1,51 @@
+"""Multi-process (multi-host) runs: the same program on every process, one global device mesh.
+
+Every process runs the whole host loop with the same config: it derives the same client
+sample, batches and keys from (seed, round), so the round inputs are identical everywhere and
+`jit` treats them as replicated. The round's client axis is split over the global mesh
+(`execution.client_mesh` takes `jax.devices()`, which lists every process's devices), the
+state comes back replicated, and the aggregation is the same mean over the client axis as in
+one process (tests/test_distributed.py: 2 processes x 1 CPU device == 1 process x 2 devices,
+bit for bit). Files are written by process 0 only; orbax checkpoints by all processes together.
+
+Launching:
+  * GPU node (one host, 8 GPUs): one process; nothing to initialise, num_devices=0 takes all.
+  * TPU pod slice / SLURM / Open MPI: the same command on every host with --distributed;
+    jax.distributed.initialize() finds the coordinator from the environment.
+  * By hand (e.g. 2 processes on localhost, CPU collectives over gloo): on each process
+    --coordinator_address=localhost:12355 --num_processes=2 --process_id=<0|1>.
+"""
+import jax
+import numpy as np
+
+
+def initialize(coordinator_address=None, num_processes=None, process_id=None) -> None:
+    """jax.distributed.initialize: from the arguments when given, else from the environment.
+
+    Must run before anything touches a JAX backend.
+    """
+    given = [coordinator_address is not None, num_processes is not None, process_id is not None]
+    if any(given) and not all(given):
+        raise ValueError("coordinator_address, num_processes and process_id go together: "
+                         "give all three, or none to let JAX read them from the environment")
+    if all(given):
+        if not isinstance(num_processes, int) or num_processes < 1:
+            raise ValueError(f"num_processes={num_processes!r} must be an int >= 1")
+        if not isinstance(process_id, int) or not 0 <= process_id < num_processes:
+            raise ValueError(f"process_id={process_id!r} must be an int in [0, {num_processes})")
+    jax.distributed.initialize(coordinator_address, num_processes, process_id)
+
+
+def is_primary() -> bool:
+    """True on the process that writes files (process 0; the only one in a plain run)."""
+    return jax.process_index() == 0
+
+
+def any_process(flag: bool) -> bool:
+    """True when `flag` is set on any process (e.g. one host got SIGTERM): every process then
+    takes the same branch, so none waits forever in the next round's collective."""
+    if jax.process_count() == 1:
+        return bool(flag)
+    from jax.experimental import multihost_utils
+
+    return bool(np.any(multihost_utils.process_allgather(np.asarray(flag, np.int32))))
