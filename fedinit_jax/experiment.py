@@ -13,6 +13,7 @@ import jax
 import numpy as np
 
 from fedinit_jax import algorithms, data, execution, models, tasks
+from fedinit_jax.round import CLIENT_STATE_DTYPES
 from fedinit_jax.types import FederatedAlgorithm
 
 PARTITIONS = ("iid", "dirichlet", "pathological")
@@ -24,7 +25,10 @@ CHANNEL_STATS = {
 }
 # algorithm hyperparameters a config may set (None = the registry's default)
 HPARAMS = ("beta", "server_lr", "rho", "lam", "alpha", "mu")
-OPTIONS = ("delta_from", "weight_decay", "clip_norm")
+OPTIONS = ("delta_from", "weight_decay", "clip_norm", "client_state_dtype")
+# fields added after runs were first saved, with the value that means "as before": a saved
+# config.json without such a field resumes under a config that keeps this value
+ADDED_FIELDS = {"client_state_dtype": "float32"}
 
 
 class Experiment(NamedTuple):
@@ -77,6 +81,9 @@ def validate(config) -> None:
         _fail("partition", config["partition"], f"allowed: {', '.join(PARTITIONS)}")
     if config["delta_from"] not in ("global", "start"):
         _fail("delta_from", config["delta_from"], "allowed: global, start")
+    if config["client_state_dtype"] not in CLIENT_STATE_DTYPES:
+        _fail("client_state_dtype", config["client_state_dtype"],
+              f"allowed: {', '.join(CLIENT_STATE_DTYPES)}")
     if config["execution"] not in execution.STRATEGIES + ("auto",):
         _fail("execution", config["execution"], f"allowed: auto, {', '.join(execution.STRATEGIES)}")
     for field in ("seed",):

@@ -10,6 +10,11 @@ Paper Algorithm 1 with an algorithm's Correction plugged in (ALGORITHMS.md):
     w      <- w + server_opt(mean_S(delta_i))              (sgd(eta_g): w + eta_g * mean delta)
     w_i    <- w_iK for i in S only
 
+Per-client state (w_i and the correction's client extras, C x d each) may be stored in a
+narrower float (client_state_dtype="bfloat16": half the memory of float32) when it does not fit
+on the device; it is widened to float32 when read and rounded when written, so w_i is
+bf16(w_iK) and everything else is computed in float32.
+
 Metrics: train_loss (mean local loss), divergence = mean_S ||w_iK - w_new||^2 (the authors'
 code) and divergence_all = (1/C) sum_C ||w_i - w_new||^2 (the paper's Delta^t).
 """
@@ -28,9 +33,17 @@ from fedinit_jax.correction import NONE, Correction, LocalContext
 from fedinit_jax.types import FederatedAlgorithm, FedState, RoundInput
 
 DELTA_FROM = ("global", "start")
+CLIENT_STATE_DTYPES = ("float32", "bfloat16", "float16")
 
 
-def _check_builder_args(beta, delta_from, clip_norm, weight_decay, execution, chunk_size):
+def _floats_to(dtype, tree):
+    """The floating leaves of `tree` cast to dtype (integer leaves unchanged)."""
+    return jax.tree.map(
+        lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
+
+
+def _check_builder_args(beta, delta_from, clip_norm, weight_decay, execution, chunk_size,
+                        client_state_dtype):
     if not isinstance(beta, (int, float)) or not math.isfinite(beta):
         raise ValueError(f"beta={beta!r} must be a finite number (the paper sweeps -0.2..0.15)")
     if delta_from not in DELTA_FROM:
@@ -40,6 +53,9 @@ def _check_builder_args(beta, delta_from, clip_norm, weight_decay, execution, ch
         if value is not None and (not math.isfinite(value) or value < 0):
             raise ValueError(f"{name}={value!r} must be None, 0 (off) or a positive number")
     execution_lib.check_strategy(execution, chunk_size)
+    if client_state_dtype is not None and client_state_dtype not in CLIENT_STATE_DTYPES:
+        raise ValueError(f"client_state_dtype={client_state_dtype!r} is not allowed; use None "
+                         f"(the parameters' dtype) or one of {', '.join(CLIENT_STATE_DTYPES)}")
 
 
 def check_round_input(round_input: RoundInput, num_clients: int, num_devices: int = 1) -> None:
@@ -78,18 +94,26 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, gradient=local.pl
                     beta: float = 0.0, delta_from: str = "global",
                     server_optimizer=None, clip_norm=None, weight_decay=None,
                     execution: str = "vmap", chunk_size=None,
-                    num_devices=None) -> FederatedAlgorithm:
+                    num_devices=None, client_state_dtype=None) -> FederatedAlgorithm:
     """A FederatedAlgorithm for `loss_fn(params, batch, key) -> scalar`.
 
     correction: the algorithm's plug-in (FedAvg: none). gradient: loss_fn -> local.Gradient
     (plain, SAM, ...). server_optimizer: optax transformation applied to the
     pseudo-gradient -mean_S(delta_i); default sgd(1.0), i.e. w <- w + mean delta.
     num_devices: split the sampled clients over this many devices (shard_map); None: one.
+    client_state_dtype: storage dtype of the per-client state (None: the parameters' own).
     """
-    _check_builder_args(beta, delta_from, clip_norm, weight_decay, execution, chunk_size)
+    _check_builder_args(beta, delta_from, clip_norm, weight_decay, execution, chunk_size,
+                        client_state_dtype)
     mesh = execution_lib.client_mesh(num_devices)
     server_opt = optax.sgd(1.0) if server_optimizer is None else server_optimizer
     gradient_fn = gradient(loss_fn)
+
+    def store(tree_):  # per-client state as kept in FedState
+        return tree_ if client_state_dtype is None else _floats_to(client_state_dtype, tree_)
+
+    def load(tree_):  # ... and as computed with
+        return tree_ if client_state_dtype is None else _floats_to(jnp.float32, tree_)
 
     def init(params, num_clients: int) -> FedState:
         if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
@@ -97,10 +121,10 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, gradient=local.pl
         params = jax.tree.map(jnp.asarray, params)
         return FedState(
             params=params,
-            client_params=tree.stack(params, num_clients),
+            client_params=store(tree.stack(params, num_clients)),
             server_opt_state=server_opt.init(params),
             server_extra=correction.init_server(params),
-            client_extra=tree.stack(correction.init_client(params), num_clients),
+            client_extra=store(tree.stack(correction.init_client(params), num_clients)),
             beta=jnp.asarray(beta, jnp.float32),
             round=jnp.zeros((), jnp.int32))
 
@@ -111,8 +135,8 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, gradient=local.pl
         num_clients = jax.tree.leaves(state.client_params)[0].shape[0]
         num_steps = jax.tree.leaves(round_input.batches)[0].shape[1]
         steps_lr = num_steps * lr
-        old_extra = tree.gather(state.client_extra, ids)
-        w_start = tree.relaxed_init(w, tree.gather(state.client_params, ids), state.beta)
+        old_extra = load(tree.gather(state.client_extra, ids))
+        w_start = tree.relaxed_init(w, load(tree.gather(state.client_params, ids)), state.beta)
         client_keys = jax.random.split(key, ids.shape[0])
 
         def one_client(args):
@@ -138,7 +162,7 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, gradient=local.pl
         server_extra = correction.server_update(
             state.server_extra, old_extra, new_extra, mean_delta, steps_lr, num_clients)
         w_new = correction.global_model(
-            w_candidate, tree.client_mean(w_end), server_extra, client_extra)
+            w_candidate, tree.client_mean(w_end), server_extra, load(client_extra))
 
         new_state = FedState(w_new, client_params, server_opt_state, server_extra,
                              client_extra, state.beta, state.round + 1)

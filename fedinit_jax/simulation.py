@@ -86,6 +86,7 @@ def prepare_workdir(workdir: str, config: dict) -> None:
     if os.path.exists(path):
         with open(path) as f:
             saved = json.load(f)
+        saved = {**experiment.ADDED_FIELDS, **saved}
         diff = sorted(k for k in set(saved) | set(config)
                       if k not in RESUMABLE_CHANGES and saved.get(k) != config.get(k))
         if diff:
@@ -252,12 +253,14 @@ def _train_round(exp, config, state, t, root_key, decay, last_checkpoint):
 def _state_memory_line(state, num_clients):
     """The per-client state's size: C x (vectors per client) x d x bytes, and the total."""
     d = sum(int(x.size) for x in jax.tree.leaves(state.params))
-    per_client = (sum(x.nbytes for x in jax.tree.leaves((state.client_params, state.client_extra)))
-                  // num_clients)
-    vectors = per_client // (4 * d) if d else 0
+    leaves = jax.tree.leaves((state.client_params, state.client_extra))
+    per_client = sum(x.nbytes for x in leaves) // num_clients
+    itemsize = leaves[0].dtype.itemsize
+    vectors = per_client // (itemsize * d) if d else 0
     total = per_client * num_clients
-    return (f"per-client state: C={num_clients} x {vectors} vectors x d={d:,} x 4 bytes = "
-            f"{total / 2**30:.2f} GiB (global model {4 * d / 2**20:.1f} MiB)")
+    return (f"per-client state: C={num_clients} x {vectors} vectors x d={d:,} x {itemsize} "
+            f"bytes ({leaves[0].dtype}) = {total / 2**30:.2f} GiB (global model "
+            f"{4 * d / 2**20:.1f} MiB); --config.client_state_dtype=bfloat16 halves it")
 
 
 def _line(row):

@@ -176,6 +176,7 @@ def _inp(ids, n=None, k=2, b=4):
     ({"clip_norm": -1.0}, "clip_norm"),
     ({"weight_decay": float("nan")}, "weight_decay"),
     ({"server_lr": 0.0}, "server_lr"),
+    ({"client_state_dtype": "int8"}, "client_state_dtype"),
 ])
 def test_bad_builder_arguments(kwargs, field):
     with pytest.raises(ValueError, match=field):
@@ -206,3 +207,42 @@ def test_bad_round_input(theta0, inp, field):
 def test_bad_num_clients(theta0):
     with pytest.raises(ValueError, match="num_clients"):
         algorithms.fedavg(linreg_loss).init(params_from(theta0), num_clients=0)
+
+
+def _bf16_rounded(tree):
+    """What storing in bfloat16 and reading back in float32 gives (ml_dtypes, not the engine)."""
+    return jax.tree.map(lambda x: jnp.asarray(np.asarray(x).astype(jnp.bfloat16)
+                                              .astype(np.float32)), tree)
+
+
+@pytest.mark.parametrize("name, rtol", [("scaffold", 1e-6), ("feddyn", 1e-2)])
+def test_bf16_client_state_is_float32_engine_with_rounded_storage(linreg_rounds, theta0, name,
+                                                                  rtol):
+    """bf16 storage == the float32 engine whose per-client state is rounded to bf16 after
+    every round; and it takes half the bytes. FedDyn's server reads every client's stored
+    h_i, this round's rows already rounded (the reference rounds them after the round), so
+    it agrees to bf16 precision only."""
+    narrow = algorithms.get(name, linreg_loss, beta=0.1, client_state_dtype="bfloat16")
+    wide = algorithms.get(name, linreg_loss, beta=0.1)
+    state = narrow.init(params_from(theta0), num_clients=NUM_CLIENTS)
+    ref = wide.init(params_from(theta0), num_clients=NUM_CLIENTS)
+    per_client = (state.client_params, state.client_extra)
+    assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(per_client))
+    assert (sum(x.nbytes for x in jax.tree.leaves(per_client)) * 2
+            == sum(x.nbytes for x in jax.tree.leaves((ref.client_params, ref.client_extra))))
+    for t, (ids, xs, ys, lr) in enumerate(linreg_rounds):
+        key = jax.random.fold_in(jax.random.key(0), t)
+        ref = ref._replace(client_params=_bf16_rounded(ref.client_params),
+                           client_extra=_bf16_rounded(ref.client_extra))
+        state, got = narrow.apply(state, RoundInput(ids, (xs, ys), lr), key)
+        ref, want = wide.apply(ref, RoundInput(ids, (xs, ys), lr), key)
+        np.testing.assert_allclose(float(got["train_loss"]), float(want["train_loss"]),
+                                   rtol=rtol)
+    np.testing.assert_allclose(flat(state.params), flat(ref.params), rtol=rtol, atol=rtol / 10)
+    for a, b in zip(jax.tree.leaves(state.client_extra), jax.tree.leaves(ref.client_extra)):
+        np.testing.assert_allclose(np.asarray(a, np.float32),
+                                   np.asarray(_bf16_rounded(b), np.float32), rtol=rtol,
+                                   atol=rtol / 10)
+    # and it really is lossy: bf16 keeps 8 significant bits, float32 24
+    assert not np.array_equal(np.asarray(state.client_params["w"], np.float32),
+                              np.asarray(ref.client_params["w"]))

@@ -114,6 +114,7 @@ BAD_VALUES = {
     "beta": [float("nan"), float("inf")], "conv": ["cudnn"], "seed": [-1, 0.5],
     "keep_checkpoints": [0], "checkpoint_every": [-1], "num_devices": [-1],
     "model_width": [0.0, -1.0], "classes_per_client": [0],
+    "client_state_dtype": ["int8", "bf16", None],
 }
 
 
@@ -141,6 +142,14 @@ def test_cross_field_rules(changes, field):
 
 def test_default_config_is_valid():
     experiment.validate(BASE)
+
+
+def test_config_saved_before_a_field_existed_resumes_only_with_its_neutral_value(tmp_path):
+    old = {k: v for k, v in BASE.items() if k not in experiment.ADDED_FIELDS}
+    simulation.prepare_workdir(str(tmp_path), old)
+    simulation.prepare_workdir(str(tmp_path), BASE)  # float32 storage: as before, resumes
+    with pytest.raises(ValueError, match="client_state_dtype: 'float32' -> 'bfloat16'"):
+        simulation.prepare_workdir(str(tmp_path), {**BASE, "client_state_dtype": "bfloat16"})
 
 
 # ------------------------------------------------------------------ data faults

@@ -1,5 +1,6 @@
 """The experiment binary end to end: metrics fields, exact resume after SIGKILL, bad input."""
 import json
+import math
 import os
 import signal
 import subprocess
@@ -87,6 +88,13 @@ def test_bad_input_one_line_exit_2_nothing_written(tmp_path, flag, field):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and field in lines[0] and lines[0].startswith("error:")
     assert not workdir.exists()
+
+
+def test_bf16_client_state_end_to_end(tmp_path):
+    result = train(tmp_path, *TINY, "--config.client_state_dtype=bfloat16")
+    assert result.returncode == 0, result.stderr
+    assert "x 2 bytes (bfloat16)" in result.stdout
+    assert all(math.isfinite(r["train_loss"]) for r in rows(tmp_path))
 
 
 def test_unwritable_workdir(tmp_path):

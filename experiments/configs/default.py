@@ -48,6 +48,7 @@ def get_config():
     c.execution = "auto"            # auto | vmap | sequential | chunked
     c.chunk_size = config_dict.placeholder(int)
     c.num_devices = 0               # shard clients over devices; 0 = all that divide N evenly
+    c.client_state_dtype = "float32"  # float32 | bfloat16 | float16: storage of every w_i, c_i...
     # loop
     c.rounds = 60
     c.eval_every = 5
