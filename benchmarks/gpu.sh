@@ -18,6 +18,9 @@ python3 -c "import jax; assert jax.default_backend() == 'gpu', jax.devices()"
   python3 benchmarks/round_speed.py --model resnet18_gn --clients 10 --steps 50 --batch 50 \
     --repeats 3 --variants vmap:xla:1 chunked:xla:1 sequential:xla:1 vmap:fast:1 \
     --naive-convs xla --no-torch --algo-execution vmap
+  # the same round with 1 local epoch
+  python3 benchmarks/round_speed.py --model resnet18_gn --clients 10 --steps 10 --batch 50 \
+    --repeats 3 --variants vmap:xla:1 sequential:xla:1 --naive-convs --no-torch --tables speed
   # the reference CNN round
   python3 benchmarks/round_speed.py --model cnn --clients 10 --steps 10 --batch 50 \
     --repeats 3 --variants vmap:xla:1 sequential:xla:1 --naive-convs xla --no-torch \

@@ -9,7 +9,11 @@ not depend on the pixel values), SGD with clip and weight decay, as the library 
 Variants are timed round-robin (one round of each, repeated), so a slow patch of a shared
 machine hits all of them; each figure is the median over repeats. GFLOP/s counts 3x the
 forward FLOPs per training example (XLA's cost analysis) and is compared with a 2048^2 fp32
-matmul measured in the same run. Run it on a quiet machine (nothing else on the cores).
+matmul measured in the same run. "memory" is XLA's own account of the compiled round on one
+device (arguments + outputs + temporaries - aliased, from `memory_analysis()`), the peak that
+round needs; "first round" is compile + one round. The evaluation line times the test-split
+evaluation the training binary runs (10,000 images, batches of 1,000). Run it on a quiet
+machine (nothing else on the cores).
 """
 import argparse
 import os
@@ -68,10 +72,26 @@ class LibraryRound:
         t0 = time.perf_counter()
         self.step()
         self.compile_seconds = time.perf_counter() - t0
+        self.memory_bytes = compiled_bytes(jax.jit(self.algo.round_fn), self.state, inp,
+                                           jax.random.key(1))
 
     def step(self):
         self.state, metrics = self.algo.apply(self.state, self.inp, jax.random.key(1))
         jax.block_until_ready((self.state.params, metrics))
+
+
+def compiled_bytes(jitted, *args):
+    """XLA's memory account of one compiled call (per device), or None where unavailable."""
+    try:
+        m = jitted.lower(*args).compile().memory_analysis()
+        return (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+                - m.alias_size_in_bytes)
+    except Exception:  # some backends / versions do not report it
+        return None
+
+
+def _mib(n):
+    return "-" if n is None else f"{n / 2**20:.0f} MiB"
 
 
 class NaiveRound:
@@ -95,6 +115,9 @@ class NaiveRound:
         t0 = time.perf_counter()
         self.step()
         self.compile_seconds = time.perf_counter() - t0
+        images, labels = inp.batches
+        self.memory_bytes = compiled_bytes(sgd_step, self.params, (images[0, 0], labels[0, 0]),
+                                           jax.random.key(0))
 
     def step(self):
         images, labels = self.inp.batches
@@ -132,6 +155,7 @@ def torch_round(inp):
 
     class Round:
         compile_seconds = 0.0
+        memory_bytes = None
 
         def step(self):
             state = {k: v.clone() for k, v in global_model.state_dict().items()}
@@ -198,9 +222,9 @@ def speed_table(args, peak):
                      f"{100 * gflops / peak:.0f}%",
                      f"{medians[base_name] / seconds:.2f}x" if base_name else "-",
                      f"{medians[torch_name] / seconds:.2f}x" if torch_name else "-",
-                     f"{variants[name].compile_seconds:.1f}"])
+                     f"{variants[name].compile_seconds:.1f}", _mib(variants[name].memory_bytes)])
     header = ["variant", "s/round", "samples/s", "GFLOP/s", "of matmul peak",
-              "vs naive", "vs PyTorch", "first round (compile) s"]
+              "vs naive", "vs PyTorch", "first round (compile) s", "memory"]
     return header, rows
 
 
@@ -215,10 +239,26 @@ def algorithm_table(args):
         variants[name] = LibraryRound(args.model, name, args.algo_execution, "auto", d, inp)
     medians = time_round_robin(variants, args.repeats)
     base = medians.get("fedavg")
-    header = ["algorithm", "s/round", "vs FedAvg", "first round (compile) s"]
+    header = ["algorithm", "s/round", "vs FedAvg", "first round (compile) s", "memory"]
     rows = [[name, f"{s:.3f}", f"{s / base:.3f}x" if base else "-",
-             f"{variants[name].compile_seconds:.1f}"] for name, s in medians.items()]
+             f"{variants[name].compile_seconds:.1f}", _mib(variants[name].memory_bytes)]
+            for name, s in medians.items()]
     return header, rows
+
+
+def evaluation_line(args, test_size=10_000):
+    """Seconds to evaluate the global model on a CIFAR-sized test split (median of repeats)."""
+    model = models.get(args.model, 10, conv="auto")
+    params = model.init(jax.random.key(0), (32, 32, 3))
+    rng = np.random.default_rng(1)
+    images = rng.integers(0, 256, (test_size, 32, 32, 3), dtype=np.uint8)
+    labels = rng.integers(0, 10, test_size).astype(np.int32)
+    evaluate = tasks.make_evaluator(model.apply, images, labels, MEAN, STD)
+    first = _timed(lambda: jax.block_until_ready(evaluate(params)))
+    seconds = statistics.median(_timed(lambda: jax.block_until_ready(evaluate(params)))
+                                for _ in range(args.repeats))
+    return (f"evaluation of {test_size:,} test images: {seconds:.3f} s "
+            f"(first call, compiling: {first:.1f} s)")
 
 
 def markdown(header, rows):
@@ -240,7 +280,7 @@ def main():
     parser.add_argument("--no-torch", dest="torch", action="store_false")
     parser.add_argument("--algorithms", nargs="*", default=list(algorithms.REGISTRY))
     parser.add_argument("--algo-execution", default="sequential")
-    parser.add_argument("--tables", nargs="*", default=["speed", "algorithms"])
+    parser.add_argument("--tables", nargs="*", default=["speed", "algorithms", "eval"])
     parser.add_argument("--smoke", action="store_true", help="tiny shapes, one repeat")
     args = parser.parse_args()
     if args.smoke:
@@ -257,7 +297,9 @@ def main():
     if "speed" in args.tables:
         print(markdown(*speed_table(args, peak)) + "\n", flush=True)
     if "algorithms" in args.tables:
-        print(markdown(*algorithm_table(args)), flush=True)
+        print(markdown(*algorithm_table(args)) + "\n", flush=True)
+    if "eval" in args.tables:
+        print(evaluation_line(args, 200 if args.smoke else 10_000), flush=True)
 
 
 if __name__ == "__main__":

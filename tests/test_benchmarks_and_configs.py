@@ -17,6 +17,8 @@ def test_round_speed_smoke():
     assert result.returncode == 0, result.stderr[-2000:]
     assert "| naive per-step loop / fast conv |" in result.stdout
     assert "| fedavg |" in result.stdout and "1.000x" in result.stdout
+    assert " MiB |" in result.stdout  # XLA's memory account of each compiled round
+    assert "evaluation of 200 test images:" in result.stdout
 
 
 @pytest.mark.parametrize("key", list(paper.PAPER_ACCURACY))
