@@ -1,5 +1,6 @@
 """Round speed, side by side in one process: client strategies, conv formulations, devices,
-a naive per-step baseline, optionally PyTorch, and every algorithm relative to FedAvg.
+a naive per-step baseline, optionally PyTorch, every algorithm relative to FedAvg, and R
+federations (a beta sweep) as one vmapped program against R separate runs.
 
     python benchmarks/round_speed.py                 # CNN, the paper's round shape, all tables
     python benchmarks/round_speed.py --smoke         # seconds: CI's no-timing smoke run
@@ -32,9 +33,16 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
-from fedinit_jax import RoundInput, algorithms, models, tasks  # noqa: E402
+from fedinit_jax import RoundInput, algorithms, models, replicas, tasks  # noqa: E402
 
 MEAN, STD = [0.4914, 0.4822, 0.4465], [0.2470, 0.2435, 0.2616]
+
+
+WIDTH = 1.0  # --width: the cnn's width multiplier
+
+
+def get_model(name, conv):
+    return models.get(name, 10, conv=conv, **({"width": WIDTH} if WIDTH != 1.0 else {}))
 
 
 def matmul_peak(n=2048, repeats=5):
@@ -61,12 +69,13 @@ def round_data(n, k, b, seed=0):
 class LibraryRound:
     """One library round (algorithm, strategy, conv, devices) ready to be timed."""
 
-    def __init__(self, model_name, algorithm, execution, conv, num_devices, inp, chunk=None):
-        model = models.get(model_name, 10, conv=conv)
+    def __init__(self, model_name, algorithm, execution, conv, num_devices, inp, chunk=None,
+                 **hparams):
+        model = get_model(model_name, conv)
         params = model.init(jax.random.key(0), (32, 32, 3))
         loss = tasks.classification_loss(model.apply, MEAN, STD, augment=True)
         self.algo = algorithms.get(algorithm, loss, execution=execution, chunk_size=chunk,
-                                   num_devices=num_devices)
+                                   num_devices=num_devices, **hparams)
         self.state = self.algo.init(params, num_clients=len(inp.client_ids))
         self.inp = inp
         t0 = time.perf_counter()
@@ -99,7 +108,7 @@ class NaiveRound:
     SGD step (clip, weight decay, augmentation) per minibatch, FedAvg aggregation."""
 
     def __init__(self, model_name, conv, inp):
-        model = models.get(model_name, 10, conv=conv)
+        model = get_model(model_name, conv)
         self.params = model.init(jax.random.key(0), (32, 32, 3))
         loss = tasks.classification_loss(model.apply, MEAN, STD, augment=True)
         opt = optax.chain(optax.clip_by_global_norm(10.0), optax.add_decayed_weights(1e-3),
@@ -190,7 +199,7 @@ def speed_table(args, peak):
     n, k, b = args.clients, args.steps, args.batch
     inp = round_data(n, k, b)
     samples = n * k * b
-    model = models.get(args.model, 10, conv="xla")
+    model = get_model(args.model, "xla")
     flops = 3 * models.forward_flops(model, model.init(jax.random.key(0), (32, 32, 3)),
                                      (32, 32, 3))
     variants = {}
@@ -246,9 +255,65 @@ def algorithm_table(args):
     return header, rows
 
 
+class ReplicaRounds:
+    """R federations (a beta sweep on one round input) as one vmapped program."""
+
+    def __init__(self, model_name, betas, execution, inp):
+        model = get_model(model_name, "auto")
+        params = model.init(jax.random.key(0), (32, 32, 3))
+        loss = tasks.classification_loss(model.apply, MEAN, STD, augment=True)
+        algo = algorithms.get("fedavg", loss, execution=execution)
+        self.states = replicas.init(algo, params, len(inp.client_ids), betas=betas)
+        self.apply, self.inp = replicas.make_apply(algo, shared_input=True), inp
+        self.keys = jax.random.split(jax.random.key(1), len(betas))
+        t0 = time.perf_counter()
+        self.step()
+        self.compile_seconds = time.perf_counter() - t0
+        self.memory_bytes = None
+
+    def step(self):
+        self.states, metrics = self.apply(self.states, self.inp, self.keys)
+        jax.block_until_ready((self.states.params, metrics))
+
+
+class SeparateRounds:
+    """The same R federations as R one-device runs, one round of each after the other."""
+
+    def __init__(self, model_name, betas, execution, inp):
+        self.runs = [LibraryRound(model_name, "fedavg", execution, "auto", 1, inp, beta=b)
+                     for b in betas]
+        self.compile_seconds = sum(r.compile_seconds for r in self.runs)
+        self.memory_bytes = None
+
+    def step(self):
+        for run in self.runs:
+            run.step()
+
+
+def replica_table(args):
+    """R = len(--replica-betas) federations: one vmapped program vs R separate rounds."""
+    inp = round_data(args.clients, args.steps, args.batch)
+    betas = args.replica_betas
+    variants = {}
+    for execution in ("sequential", "vmap"):
+        print(f"  compiling {len(betas)} replicas / {execution}", flush=True)
+        variants[f"{len(betas)} replicas in one program / {execution} clients"] = ReplicaRounds(
+            args.model, betas, execution, inp)
+    print(f"  compiling {len(betas)} separate runs", flush=True)
+    variants[f"{len(betas)} separate runs / sequential clients"] = SeparateRounds(
+        args.model, betas, "sequential", inp)
+    medians = time_round_robin(variants, args.repeats)
+    base = medians[next(v for v in variants if "separate" in v)]
+    header = ["federations (one device)", "s per round of all", "vs separate",
+              "first round (compile) s"]
+    rows = [[name, f"{s:.3f}", f"{base / s:.2f}x", f"{variants[name].compile_seconds:.1f}"]
+            for name, s in medians.items()]
+    return header, rows
+
+
 def evaluation_line(args, test_size=10_000):
     """Seconds to evaluate the global model on a CIFAR-sized test split (median of repeats)."""
-    model = models.get(args.model, 10, conv="auto")
+    model = get_model(args.model, "auto")
     params = model.init(jax.random.key(0), (32, 32, 3))
     rng = np.random.default_rng(1)
     images = rng.integers(0, 256, (test_size, 32, 32, 3), dtype=np.uint8)
@@ -269,6 +334,7 @@ def markdown(header, rows):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="cnn", choices=models.NAMES)
+    parser.add_argument("--width", type=float, default=1.0, help="cnn width multiplier")
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--steps", type=int, default=10, help="local steps K per client")
     parser.add_argument("--batch", type=int, default=50)
@@ -280,24 +346,31 @@ def main():
     parser.add_argument("--no-torch", dest="torch", action="store_false")
     parser.add_argument("--algorithms", nargs="*", default=list(algorithms.REGISTRY))
     parser.add_argument("--algo-execution", default="sequential")
-    parser.add_argument("--tables", nargs="*", default=["speed", "algorithms", "eval"])
+    parser.add_argument("--tables", nargs="*",
+                        default=["speed", "algorithms", "replicas", "eval"])
+    parser.add_argument("--replica-betas", nargs="*", type=float, default=[0.0, 0.05, 0.1])
     parser.add_argument("--smoke", action="store_true", help="tiny shapes, one repeat")
     args = parser.parse_args()
+    global WIDTH
+    WIDTH = args.width
     if args.smoke:
         args.clients, args.steps, args.batch, args.repeats = 2, 1, 2, 1
         args.variants = ["sequential:fast:2", "vmap:xla:1"]
         args.algorithms = args.algorithms[:3]
+        args.replica_betas = [0.0, 0.1]
         args.torch = False
     peak = matmul_peak()
-    print(f"# round_speed: {args.model}, {args.clients} clients x {args.steps} steps x batch "
-          f"{args.batch}; {platform.machine()}, {os.cpu_count()} cores, jax {jax.__version__} "
-          f"{jax.default_backend()} ({len(jax.devices())} devices); "
+    print(f"# round_speed: {args.model} (width {WIDTH:g}), {args.clients} clients x "
+          f"{args.steps} steps x batch {args.batch}; {platform.machine()}, {os.cpu_count()} "
+          f"cores, jax {jax.__version__} {jax.default_backend()} ({len(jax.devices())} devices); "
           f"{time.strftime('%Y-%m-%d %H:%M')}\n")
     print(f"2048^2 fp32 matmul: {peak:.1f} GFLOP/s\n")
     if "speed" in args.tables:
         print(markdown(*speed_table(args, peak)) + "\n", flush=True)
     if "algorithms" in args.tables:
         print(markdown(*algorithm_table(args)) + "\n", flush=True)
+    if "replicas" in args.tables:
+        print(markdown(*replica_table(args)) + "\n", flush=True)
     if "eval" in args.tables:
         print(evaluation_line(args, 200 if args.smoke else 10_000), flush=True)
 

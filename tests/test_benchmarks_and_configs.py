@@ -19,6 +19,7 @@ def test_round_speed_smoke():
     assert "| fedavg |" in result.stdout and "1.000x" in result.stdout
     assert " MiB |" in result.stdout  # XLA's memory account of each compiled round
     assert "evaluation of 200 test images:" in result.stdout
+    assert "| 2 replicas in one program / vmap clients |" in result.stdout
 
 
 @pytest.mark.parametrize("key", list(paper.PAPER_ACCURACY))
