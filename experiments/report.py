@@ -142,7 +142,7 @@ def figures(runs, out, window, last):
         series = defaultdict(lambda: defaultdict(list))
         for run in runs:
             c = run.config
-            label = f"{R.base_name(c)} {R.setting({**c, 'local_epochs': 0})}"
+            label = f"{R.base_name(c)} {R.setting({**c, 'local_epochs': 0})}{_delta_tag(c)}"
             series[label][getter(c)].append(100 * R.final_accuracy(run, window, last))
         series = {k: v for k, v in series.items() if len(v) > 1}
         if not series:
@@ -160,11 +160,11 @@ def figures(runs, out, window, last):
         fig.savefig(os.path.join(out, fname), dpi=110)
         plt.close(fig)
         written.append(fname)
-    # Fig. 2: curves of accuracy and both divergences for every beta (seed 0 of each cell)
+    # Fig. 2: curves of accuracy and both divergences for every beta (mean over the seeds)
     groups = defaultdict(list)
     for run in runs:
         c = run.config
-        groups[(R.base_name(c), R.setting(c))].append(run)
+        groups[(R.base_name(c), R.setting(c) + _delta_tag(c))].append(run)
     for (base, s), rs in sorted(groups.items()):
         betas = sorted({R.beta_of(r.config) for r in rs})
         if len(betas) < 2:
@@ -172,11 +172,9 @@ def figures(runs, out, window, last):
         fig, axes = plt.subplots(1, 3, figsize=(15, 4))
         for beta in betas:
             chosen = [r for r in rs if R.beta_of(r.config) == beta]
-            chosen.sort(key=lambda r: r.config["seed"])
-            run = chosen[0]
             for ax, field in zip(axes, ("test_accuracy", "divergence", "divergence_all")):
-                x, y = R.curve(run, field)
-                ax.plot(x, y, label=f"beta={beta:g}")
+                x, y = _mean_curve(chosen, field)
+                ax.plot(x, y, label=f"beta={beta:g} (n={len(chosen)})")
                 ax.set_title(field)
                 ax.set_xlabel("round")
         axes[1].set_yscale("log")
@@ -191,6 +189,19 @@ def figures(runs, out, window, last):
     return written
 
 
+def _delta_tag(config):
+    return " [start]" if config.get("delta_from") == "start" else ""
+
+
+def _mean_curve(runs, field):
+    """Mean over runs of a metric, over the rounds every one of them has."""
+    from fedinit_jax import results as R
+
+    curves = [dict(zip(*R.curve(run, field))) for run in runs]
+    rounds = sorted(set.intersection(*(set(c) for c in curves)))
+    return np.array(rounds), np.array([np.mean([c[t] for c in curves]) for t in rounds])
+
+
 def _method_order(name):
     order = ["FedAvg", "FedAdam", "FedSAM", "SCAFFOLD", "FedDyn", "FedCM", "FedProx", "FedSpeed",
              "FedSMOO", "FedGamma", "MoFedSAM", "FedInit"]
@@ -201,9 +212,11 @@ def _method_order(name):
 def report(folders, out, window=5, last=50, target=None) -> str:
     from fedinit_jax import results as R
 
-    runs = R.unique(R.find_runs(folders))
+    found = R.unique(R.find_runs(folders))
+    runs = [r for r in found if r.rows[-1]["round"] >= r.config["rounds"]]
     if not runs:
-        raise ValueError(f"no runs (config.json + metrics.jsonl) under {', '.join(folders)}")
+        raise ValueError(f"no finished runs (config.json + metrics.jsonl up to config.rounds) "
+                         f"under {', '.join(folders)}")
     os.makedirs(out, exist_ok=True)
     table4, table6 = accuracy_tables(runs, window, last)
     table7, table8 = time_tables(runs, window, target)
@@ -214,6 +227,10 @@ def report(folders, out, window=5, last=50, target=None) -> str:
         "## Communication and storage per round (Table 9)", cost_table(runs)])
     pngs = figures(runs, out, window, last)
     text += "\n\nFigures: " + (", ".join(pngs) if pngs else "none (need >1 beta or epochs)")
+    unfinished = sorted(os.path.relpath(r.path, os.path.commonpath(folders)) for r in found
+                        if r not in runs)
+    if unfinished:
+        text += f"\n\nLeft out, unfinished: {', '.join(unfinished)}"
     with open(os.path.join(out, "tables.md"), "w") as f:
         f.write(text + "\n")
     return text

@@ -8,12 +8,13 @@ from experiments.report import report
 from fedinit_jax import results
 
 
-def write_run(folder, algorithm, beta, seed, accuracies, seconds=1.0):
+def write_run(folder, algorithm, beta, seed, accuracies, seconds=1.0, rounds=None):
     os.makedirs(folder)
     config = {"algorithm": algorithm, "beta": beta, "seed": seed, "dataset": "toy",
               "model": "mlp", "partition": "dirichlet", "dirichlet_alpha": 0.1,
               "participation": 0.1, "num_clients": 100, "local_epochs": 1,
-              "delta_from": "global", "classes_per_client": 2}
+              "delta_from": "global", "classes_per_client": 2,
+              "rounds": rounds or len(accuracies)}
     json.dump(config, open(os.path.join(folder, "config.json"), "w"))
     json.dump({"num_params": 10, "clients_per_round": 10,
                "costs": {"down": ["w"], "up": ["delta"], "server_state": [],
@@ -67,6 +68,13 @@ def test_rounds_to_target(two_folders):
     assert results.to_target(runs["fedinit"], 0.95, 1) is None
 
 
+def test_unfinished_run_is_left_out_and_named(two_folders, tmp_path):
+    write_run(os.path.join(two_folders[1], "init1"), "fedinit", None, 1, [0.9, 0.9], rounds=6)
+    text = report(two_folders, str(tmp_path / "out"), window=3, last=3)
+    assert "| FedInit | 70.00 ± 0.00 (n=1) |" in text
+    assert "Left out, unfinished: sweep_b/init1" in text
+
+
 def test_no_runs_is_a_clear_error(tmp_path):
-    with pytest.raises(ValueError, match="no runs"):
+    with pytest.raises(ValueError, match="no finished runs"):
         report([str(tmp_path)], str(tmp_path / "out"))
