@@ -1,0 +1,56 @@
+"""The committed CPU CIFAR-10 study (results/cpu_cifar10): complete, and the README's tables are
+exactly what experiments/report.py regenerates from it (no training here)."""
+import itertools
+import json
+import os
+import re
+
+import pytest
+
+from experiments.report import report
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "results", "cpu_cifar10")
+# the study's report options: eval every 5 of 60 rounds; window 3 evaluations, last 10%
+WINDOW, LAST = 3, 6
+SEEDS = (0, 1, 2)
+
+
+def _cells():
+    """Every cell results/cpu_cifar10/run_study.sh runs (its sweep cell names)."""
+    names = []
+    for alg, alpha in itertools.product(("fedavg", "fedinit", "fedadam", "fedsam"), (0.1, 0.6)):
+        names.append(f"{alg}-dir{alpha:g}-betadefault-E1-global")
+    for alg, alpha, beta in itertools.product(("scaffold", "feddyn", "fedcm"), (0.1, 0.6),
+                                              (0, 0.1)):
+        names.append(f"{alg}-dir{alpha:g}-beta{beta:g}-E1-global")
+    names.append("fedinit-dir0.1-betadefault-E1-start")
+    names += [f"fedavg-dir0.1-beta{b:g}-E1-global" for b in (-0.2, -0.1, 0.05, 0.2)]
+    return [f"{n}-s{s}" for n in names for s in SEEDS]
+
+
+@pytest.fixture(scope="module")
+def text(tmp_path_factory):
+    return report([RESULTS], str(tmp_path_factory.mktemp("report")), window=WINDOW, last=LAST)
+
+
+def test_every_cell_finished_with_its_config():
+    for name in _cells():
+        folder = os.path.join(RESULTS, name)
+        config = json.load(open(os.path.join(folder, "config.json")))
+        rows = [json.loads(line) for line in open(os.path.join(folder, "metrics.jsonl"))]
+        assert [r["round"] for r in rows] == list(range(1, config["rounds"] + 1)), name
+        assert (config["model"], config["model_width"], config["num_clients"],
+                config["participation"], config["batch_size"]) == ("cnn", 0.25, 100, 0.1, 50)
+        assert f"-s{config['seed']}" in name and f"-dir{config['dirichlet_alpha']:g}-" in name
+
+
+def test_readme_tables_are_the_regenerated_ones(text):
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    section = readme[readme.index("## Does relaxed initialization help?"):]
+    section = section[:section.index("\n## ", 1)]
+    tables = re.findall(r"((?:^\|.*\|\n)+)", text + "\n", re.M)
+    assert len(tables) >= 2
+    for table in tables[:2]:  # accuracy (Table 4 shape) and with/without RI (Table 6 shape)
+        assert table in section, table.splitlines()[0]
+    assert "n=3" in tables[0] and "Left out, unfinished" not in text
