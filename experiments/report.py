@@ -6,8 +6,8 @@ Writes Markdown tables to stdout and <out>/tables.md, and PNG figures to <out>:
   Table 4/5  test accuracy: moving-average smoothed (window), max over the last `last`
              rounds, mean ± std over seeds, per method (rows) and setting (columns)
   Table 6    each base algorithm without (beta = 0) and with RI, and the gain
-  Table 7    seconds per round (train, eval; first round, which compiles, left out), ratio
-             to FedAvg
+  Table 7    seconds per round (train, eval; median over rounds and seeds, the first round,
+             which compiles, left out), ratio to FedAvg
   Table 8    rounds and train time until the smoothed accuracy reaches a target (default:
              the highest smoothed accuracy every run of the setting reaches), speed-up over
              FedAvg
@@ -72,7 +72,7 @@ def time_tables(runs, window, target):
     rows7, rows8 = [], []
     for s in sorted({k[0] for k in per}):
         fedavg = per.get((s, "FedAvg"))
-        base_train = np.mean([R.seconds_per_round(r)[0] for r in fedavg]) if fedavg else None
+        base_train = np.median([R.seconds_per_round(r)[0] for r in fedavg]) if fedavg else None
         goal = target
         if goal is None:  # the highest accuracy that every run of the setting reaches
             goal = min(R.final_accuracy(r, window, 10 ** 9)
@@ -80,8 +80,8 @@ def time_tables(runs, window, target):
         base_hits = [R.to_target(r, goal, window) for r in fedavg] if fedavg and goal else []
         for m in sorted({k[1] for k in per if k[0] == s}, key=_method_order):
             rs = per[(s, m)]
-            train = np.mean([R.seconds_per_round(r)[0] for r in rs])
-            evals = np.nanmean([R.seconds_per_round(r)[1] for r in rs])
+            train = np.median([R.seconds_per_round(r)[0] for r in rs])
+            evals = np.nanmedian([R.seconds_per_round(r)[1] for r in rs])
             ratio = f"{train / base_train:.2f}x" if base_train else "-"
             rows7.append([s, m, f"{train:.3f}", f"{evals:.3f}", ratio])
             if goal is None:
@@ -223,7 +223,7 @@ def report(folders, out, window=5, last=50, target=None) -> str:
     text = "\n\n".join([
         f"## Test accuracy (%), smoothed (window {window}), max over the last {last} rounds",
         table4, "## With and without relaxed initialization (RI)", table6,
-        "## Seconds per round", table7, "## Rounds and time to target accuracy", table8,
+        "## Seconds per round (median over rounds and seeds)", table7, "## Rounds and time to target accuracy", table8,
         "## Communication and storage per round (Table 9)", cost_table(runs)])
     pngs = figures(runs, out, window, last)
     text += "\n\nFigures: " + (", ".join(pngs) if pngs else "none (need >1 beta or epochs)")

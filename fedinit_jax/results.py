@@ -118,15 +118,16 @@ def final_accuracy(run: Run, window: int, last: int) -> float:
 
 
 def seconds_per_round(run: Run):
-    """Mean train and eval seconds per round, the first (compiling) round left out."""
+    """Median train and eval seconds per round, the first (compiling) round left out (the
+    median, so that a stretch of other work on a shared machine does not set the figure)."""
     train = [r["train_seconds"] for r in run.rows[1:]] or [run.rows[0]["train_seconds"]]
     evals = [r["eval_seconds"] for r in run.rows[1:] if "eval_seconds" in r]
-    return float(np.mean(train)), float(np.mean(evals)) if evals else float("nan")
+    return float(np.median(train)), float(np.median(evals)) if evals else float("nan")
 
 
 def to_target(run: Run, target: float, window: int):
     """(rounds, train seconds) until the smoothed accuracy first reaches target, or None;
-    the time is rounds x the mean seconds per round (the compiling first round left out)."""
+    the time is rounds x the median seconds per round (the compiling first round left out)."""
     hit = metrics.rounds_to_target(*smoothed_accuracy(run, window), target)
     if hit is None:
         return None

@@ -25,6 +25,7 @@ def _cells():
                                               (0, 0.1)):
         names.append(f"{alg}-dir{alpha:g}-beta{beta:g}-E1-global")
     names.append("fedinit-dir0.1-betadefault-E1-start")
+    names += ["feddyn-dir0.1-beta0.1-E1-start", "fedcm-dir0.1-beta0.1-E1-start"]
     names += [f"fedavg-dir0.1-beta{b:g}-E1-global" for b in (-0.2, -0.1, 0.05, 0.2)]
     return [f"{n}-s{s}" for n in names for s in SEEDS]
 

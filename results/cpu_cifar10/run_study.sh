@@ -19,4 +19,7 @@ for s in 0 1 2; do
   sweep --algorithms=fedinit --delta_from=start --dirichlet_alphas=0.1 --seeds=$s
   # beta sensitivity (Fig. 1(b), Fig. 2); beta 0 and 0.1 are FedAvg and FedInit above
   sweep --algorithms=fedavg --betas=-0.2,-0.1,0.05,0.2 --dirichlet_alphas=0.1 --seeds=$s
+  # diagnostic (added after seed 0 showed FedDyn+RI and FedCM+RI diverge): the same with
+  # the update measured from the relaxed start, so the RI offset is not carried into h_i / d
+  sweep --algorithms=feddyn,fedcm --betas=0.1 --delta_from=start --dirichlet_alphas=0.1 --seeds=$s
 done
