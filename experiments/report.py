@@ -9,8 +9,8 @@ Writes Markdown tables to stdout and <out>/tables.md, and PNG figures to <out>:
   Table 7    seconds per round (train, eval; median over rounds and seeds, the first round,
              which compiles, left out), ratio to FedAvg
   Table 8    rounds and train time until the smoothed accuracy reaches a target (default:
-             the highest smoothed accuracy every run of the setting reaches), speed-up over
-             FedAvg
+             the highest smoothed accuracy every FedAvg run of the setting reaches), speed-up
+             over FedAvg
   Table 9    communication and storage from the algorithms' declared messages and state
   fig1a_epochs.png  accuracy vs local epochs;  fig1b_beta.png  accuracy vs beta
   fig2_<setting>.png  accuracy and both divergences per round for every beta
@@ -28,7 +28,7 @@ flags.DEFINE_string("out", None, "Output folder for tables.md and the PNGs.")
 flags.DEFINE_integer("window", 5, "Moving-average window (rounds with evaluation).")
 flags.DEFINE_integer("last", 50, "Max over the smoothed points of the last this many rounds.")
 flags.DEFINE_float("target", None, "Target accuracy (0..1) for Table 8 (default: the best "
-                   "smoothed accuracy every run of the setting reaches).")
+                   "smoothed accuracy every FedAvg run of the setting reaches).")
 FLAGS = flags.FLAGS
 
 
@@ -44,13 +44,15 @@ def accuracy_tables(runs, window, last):
     table4 = R.markdown(["method", *settings],
                         [[m, *[R.mean_std(cells.get((m, s), [])) for s in settings]]
                          for m in methods])
-    # Table 6: base algorithm, beta = 0 vs beta > 0 (same delta_from)
+    # Table 6: base algorithm, beta = 0 vs beta != 0 (same delta_from; at beta = 0 both
+    # delta_from are the same algorithm, w_i0 = w, so a beta = 0 run serves both)
     pairs = defaultdict(dict)
     for run in runs:
         c = run.config
-        key = (R.base_name(c), R.setting(c),
-               c.get("delta_from", "global"))
-        pairs[key].setdefault(R.beta_of(c), []).append(100 * R.final_accuracy(run, window, last))
+        beta = R.beta_of(c)
+        for delta in (("global", "start") if beta == 0 else (c.get("delta_from", "global"),)):
+            pairs[(R.base_name(c), R.setting(c), delta)].setdefault(beta, []).append(
+                100 * R.final_accuracy(run, window, last))
     rows6 = []
     for (base, s, delta), by_beta in sorted(pairs.items()):
         if 0.0 in by_beta and len(by_beta) > 1:
@@ -74,9 +76,9 @@ def time_tables(runs, window, target):
         fedavg = per.get((s, "FedAvg"))
         base_train = np.median([R.seconds_per_round(r)[0] for r in fedavg]) if fedavg else None
         goal = target
-        if goal is None:  # the highest accuracy that every run of the setting reaches
-            goal = min(R.final_accuracy(r, window, 10 ** 9)
-                       for k, rs in per.items() if k[0] == s for r in rs)
+        if goal is None:  # the highest accuracy every FedAvg run (else every run) reaches
+            goal = min(R.final_accuracy(r, window, 10 ** 9) for k, rs in per.items()
+                       if k[0] == s and (not fedavg or k[1] == "FedAvg") for r in rs)
         base_hits = [R.to_target(r, goal, window) for r in fedavg] if fedavg and goal else []
         for m in sorted({k[1] for k in per if k[0] == s}, key=_method_order):
             rs = per[(s, m)]

@@ -68,6 +68,17 @@ def test_rounds_to_target(two_folders):
     assert results.to_target(runs["fedinit"], 0.95, 1) is None
 
 
+def test_start_variant_is_paired_with_the_beta_zero_runs(two_folders, tmp_path):
+    folder = os.path.join(two_folders[1], "start0")
+    write_run(folder, "fedinit", None, 0, [0.1, 0.1, 0.1, 0.2, 0.2, 0.2])
+    config = json.load(open(os.path.join(folder, "config.json")))
+    json.dump({**config, "delta_from": "start"}, open(os.path.join(folder, "config.json"), "w"))
+    text = report(two_folders, str(tmp_path / "out"), window=3, last=3)
+    mean = (0.5 + 1.4 / 3) / 2 * 100  # the FedAvg (beta = 0) runs, as in the test above
+    assert f"| start | 0.1 | {mean:.2f} ± " in text and f"{20 - mean:+.2f}" in text
+    assert "| FedInit [start] | 20.00 ± 0.00 (n=1) |" in text
+
+
 def test_unfinished_run_is_left_out_and_named(two_folders, tmp_path):
     write_run(os.path.join(two_folders[1], "init1"), "fedinit", None, 1, [0.9, 0.9], rounds=6)
     text = report(two_folders, str(tmp_path / "out"), window=3, last=3)
