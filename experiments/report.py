@@ -144,7 +144,7 @@ def figures(runs, out, window, last):
         series = defaultdict(lambda: defaultdict(list))
         for run in runs:
             c = run.config
-            label = f"{R.base_name(c)} {R.setting({**c, 'local_epochs': 0})}{_delta_tag(c)}"
+            label = f"{R.base_name(c)} {R.setting(c).rsplit(' E', 1)[0]}{_delta_tag(c)}"
             series[label][getter(c)].append(100 * R.final_accuracy(run, window, last))
         series = {k: v for k, v in series.items() if len(v) > 1}
         if not series:
