@@ -215,7 +215,8 @@ def report(folders, out, window=5, last=50, target=None) -> str:
     from fedinit_jax import results as R
 
     found = R.unique(R.find_runs(folders))
-    runs = [r for r in found if r.rows[-1]["round"] >= r.config["rounds"]]
+    done = [r.rows[-1]["round"] >= r.config["rounds"] for r in found]
+    runs = [r for r, d in zip(found, done) if d]
     if not runs:
         raise ValueError(f"no finished runs (config.json + metrics.jsonl up to config.rounds) "
                          f"under {', '.join(folders)}")
@@ -225,12 +226,13 @@ def report(folders, out, window=5, last=50, target=None) -> str:
     text = "\n\n".join([
         f"## Test accuracy (%), smoothed (window {window}), max over the last {last} rounds",
         table4, "## With and without relaxed initialization (RI)", table6,
-        "## Seconds per round (median over rounds and seeds)", table7, "## Rounds and time to target accuracy", table8,
+        "## Seconds per round (median over rounds and seeds)", table7,
+        "## Rounds and time to target accuracy", table8,
         "## Communication and storage per round (Table 9)", cost_table(runs)])
     pngs = figures(runs, out, window, last)
     text += "\n\nFigures: " + (", ".join(pngs) if pngs else "none (need >1 beta or epochs)")
-    unfinished = sorted(os.path.relpath(r.path, os.path.commonpath(folders)) for r in found
-                        if r not in runs)
+    unfinished = sorted(os.path.relpath(r.path, os.path.commonpath(folders))
+                        for r, d in zip(found, done) if not d)
     if unfinished:
         text += f"\n\nLeft out, unfinished: {', '.join(unfinished)}"
     with open(os.path.join(out, "tables.md"), "w") as f:

@@ -85,7 +85,7 @@ def method(config) -> str:
         name = "FedInit" if beta == 0.1 else f"FedInit(beta={beta:g})"
     else:
         name = base_name(config) + ("" if beta == 0 else
-                                          "+RI" if beta == 0.1 else f"+RI(beta={beta:g})")
+                                    "+RI" if beta == 0.1 else f"+RI(beta={beta:g})")
     return name + (" [start]" if config.get("delta_from") == "start" else "")
 
 

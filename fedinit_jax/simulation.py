@@ -258,9 +258,10 @@ def _state_memory_line(state, num_clients):
     itemsize = leaves[0].dtype.itemsize
     vectors = per_client // (itemsize * d) if d else 0
     total = per_client * num_clients
+    hint = "; --config.client_state_dtype=bfloat16 halves it" if itemsize == 4 else ""
     return (f"per-client state: C={num_clients} x {vectors} vectors x d={d:,} x {itemsize} "
             f"bytes ({leaves[0].dtype}) = {total / 2**30:.2f} GiB (global model "
-            f"{4 * d / 2**20:.1f} MiB); --config.client_state_dtype=bfloat16 halves it")
+            f"{4 * d / 2**20:.1f} MiB){hint}")
 
 
 def _line(row):
