@@ -28,7 +28,7 @@ HPARAMS = ("beta", "server_lr", "rho", "lam", "alpha", "mu")
 OPTIONS = ("delta_from", "weight_decay", "clip_norm", "client_state_dtype")
 # fields added after runs were first saved, with the value that means "as before": a saved
 # config.json without such a field resumes under a config that keeps this value
-ADDED_FIELDS = {"client_state_dtype": "float32"}
+ADDED_FIELDS = {"client_state_dtype": "float32", "participation_mode": "fixed"}
 
 
 class Experiment(NamedTuple):
@@ -37,7 +37,7 @@ class Experiment(NamedTuple):
     algorithm: FederatedAlgorithm
     init_params: Any
     num_classes: int
-    clients_per_round: int
+    clients_per_round: int  # N, the static client axis (Bernoulli: the bound on |S|)
     steps_per_round: int
     options: dict           # the resolved builder arguments (execution, num_devices, ...)
 
@@ -79,6 +79,9 @@ def validate(config) -> None:
         _fail("conv", config["conv"], f"allowed: {', '.join(models.CONV_IMPLEMENTATIONS)}")
     if config["partition"] not in PARTITIONS:
         _fail("partition", config["partition"], f"allowed: {', '.join(PARTITIONS)}")
+    if config["participation_mode"] not in data.PARTICIPATION_MODES:
+        _fail("participation_mode", config["participation_mode"],
+              f"allowed: {', '.join(data.PARTICIPATION_MODES)}")
     if config["delta_from"] not in ("global", "start"):
         _fail("delta_from", config["delta_from"], "allowed: global, start")
     if config["client_state_dtype"] not in CLIENT_STATE_DTYPES:
@@ -114,14 +117,25 @@ def validate(config) -> None:
         if field not in accepted:
             _fail(field, config[field], f"is not a hyperparameter of {config['algorithm']} "
                   f"(it takes {', '.join(sorted(accepted & set(HPARAMS)))})")
-    if round(config["participation"] * config["num_clients"]) < 1:
+    if (config["participation_mode"] == "fixed"
+            and round(config["participation"] * config["num_clients"]) < 1):
         _fail("participation", config["participation"],
               f"samples no client of {config['num_clients']}: needs participation * "
               "num_clients >= 0.5")
 
 
-def clients_per_round(config) -> int:
+def expected_clients(config) -> int:
+    """E|S|: round(participation * C) under either participation rule (Table 9's N)."""
     return max(1, int(round(config["participation"] * config["num_clients"])))
+
+
+def clients_per_round(config) -> int:
+    """N: round(participation * C) (fixed), or the static bound on a Bernoulli |S|, a
+    multiple of the devices (data/participation.py)."""
+    if config["participation_mode"] == "bernoulli":
+        return data.bernoulli_bound(config["num_clients"], config["participation"],
+                                    multiple=config["num_devices"] or len(jax.devices()))
+    return expected_clients(config)
 
 
 def load_split(config, split):

@@ -6,7 +6,8 @@ For k = 0..K-1 on client i's k-th minibatch:
     g = gradient(loss)                 # plain, or SAM's (FedSAM)
     g = correct(g, w)                  # the algorithm's correction (SCAFFOLD, FedDyn, FedCM, ...)
     g = clip_by_global_norm(g, clip)   # clip sees loss + correction, not weight decay
-    g = g + wd * w                     # coupled L2
+    g = g + wd * w                     # coupled L2 (FedDyn / FedProx add their lam * w here,
+                                       # the authors' clip form: the round passes wd + lam)
     w = w - eta_l * g                  # plain SGD
 
 The last three lines are an optax chain whose learning rate is a traced per-round scalar.

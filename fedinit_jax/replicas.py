@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedinit_jax import tree
-from fedinit_jax.round import check_round_input
+from fedinit_jax.round import as_arrays, check_round_input
 from fedinit_jax.types import FederatedAlgorithm, FedState, RoundInput
 
 
@@ -63,9 +63,6 @@ def make_apply(algo: FederatedAlgorithm, shared_input: bool = True):
         else:
             for r in range(len(keys)):
                 check_round_input(jax.tree.map(lambda x: x[r], round_input), num_clients)
-        round_input = RoundInput(jnp.asarray(round_input.client_ids, jnp.int32),
-                                 round_input.batches,
-                                 jnp.asarray(round_input.local_lr, jnp.float32))
-        return vmapped(states, round_input, keys)
+        return vmapped(states, as_arrays(round_input), keys)
 
     return apply

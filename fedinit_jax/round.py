@@ -3,12 +3,25 @@ aggregation. One pure function, jit-compiled once per run.
 
 Paper Algorithm 1 with an algorithm's Correction plugged in (ALGORITHMS.md):
 
-    w_i0   = w + beta * (w - w_i)                          (RI; beta = 0 is FedAvg)
-    w_iK   = local_update(w_i0)                            (K corrected SGD steps)
-    delta_i = w_iK - w      (delta_from="global", paper line 16, default)
+    w_i0    = w + beta * (w - w_i)                         (RI; beta = 0 is FedAvg)
+    w_iK    = local_update(w_i0)                           (K corrected SGD steps)
+    p_i     = w_iK - w_i0                                  (local progress: every correction
+                                                            state, c_i, h_i, d, mu_i, is
+                                                            built from it, as the authors do)
+    delta_i = w_iK - w      (delta_from="global", paper Algorithm 1 line 16, default)
     delta_i = w_iK - w_i0   (delta_from="start", the authors' code)
     w      <- w + server_opt(mean_S(delta_i))              (sgd(eta_g): w + eta_g * mean delta)
     w_i    <- w_iK for i in S only
+
+`delta_from` only decides how a FedAvg-type server moves w; FedDyn-type servers replace w by
+mean_S(w_iK) + mean_C(h_i) either way (Correction.global_model). With beta = 0, p_i = delta_i
+and the two options are the same algorithm.
+
+Participation: S is the round input's client_ids. A round whose |S| varies (the authors'
+Bernoulli sampling) pads S to a static N with masked slots (RoundInput.mask): a padded slot
+is skipped (lax.cond; under vmap both branches run and the skip's result is selected), its
+id is replaced by C so that gathers read a real row and scatters drop it, and every mean
+over S divides by the real |S|.
 
 Per-client state (w_i and the correction's client extras, C x d each) may be stored in a
 narrower float (client_state_dtype="bfloat16": half the memory of float32) when it does not fit
@@ -24,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from fedinit_jax import execution as execution_lib
@@ -65,17 +79,27 @@ def check_round_input(round_input: RoundInput, num_clients: int, num_devices: in
         raise ValueError(f"client_ids must be a non-empty 1-D integer array, got shape "
                          f"{ids.shape} dtype {ids.dtype}")
     n = ids.size
-    if n > num_clients:
-        raise ValueError(f"client_ids: {n} sampled clients but the state holds only "
+    real = ids
+    if round_input.mask is not None:
+        mask = np.asarray(round_input.mask)
+        if mask.shape != ids.shape or mask.dtype != np.bool_:
+            raise ValueError(f"mask must be a bool array shaped like client_ids {ids.shape}, "
+                             f"got shape {mask.shape} dtype {mask.dtype}")
+        if not mask.any():
+            raise ValueError("mask marks every slot as padding: a round needs >= 1 client")
+        real = ids[mask]
+    if real.size > num_clients:
+        raise ValueError(f"client_ids: {real.size} sampled clients but the state holds only "
                          f"{num_clients} (N must be <= C)")
-    if ids.min() < 0 or ids.max() >= num_clients:
+    if real.min() < 0 or real.max() >= num_clients:
         raise ValueError(f"client_ids out of range: values must lie in [0, {num_clients}), "
-                         f"got min {ids.min()} max {ids.max()}")
+                         f"got min {real.min()} max {real.max()}")
     if n % num_devices:
         raise ValueError(f"client_ids: {n} clients per round cannot be split evenly over "
                          f"num_devices={num_devices}; use a multiple of {num_devices}")
-    if np.unique(ids).size != n:
-        raise ValueError(f"client_ids has duplicates: {ids.tolist()}; sample without replacement")
+    if np.unique(real).size != real.size:
+        raise ValueError(f"client_ids has duplicates: {real.tolist()}; sample without "
+                         "replacement")
     leaves = jax.tree.leaves(round_input.batches)
     if not leaves:
         raise ValueError("batches is empty: it must be a pytree of [N, K, B, ...] arrays")
@@ -88,6 +112,15 @@ def check_round_input(round_input: RoundInput, num_clients: int, num_devices: in
     lr = np.asarray(round_input.local_lr)
     if lr.shape != () or not np.isfinite(lr):
         raise ValueError(f"local_lr must be a finite scalar, got {round_input.local_lr!r}")
+
+
+def as_arrays(round_input: RoundInput) -> RoundInput:
+    """The round input with int32 ids, a float32 lr and a bool mask (when there is one)."""
+    mask = round_input.mask
+    return round_input._replace(
+        client_ids=jnp.asarray(round_input.client_ids, jnp.int32),
+        local_lr=jnp.asarray(round_input.local_lr, jnp.float32),
+        mask=None if mask is None else jnp.asarray(mask, bool))
 
 
 def build_algorithm(loss_fn, *, correction: Correction = NONE, gradient=local.plain_gradient,
@@ -108,6 +141,9 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, gradient=local.pl
     mesh = execution_lib.client_mesh(num_devices)
     server_opt = optax.sgd(1.0) if server_optimizer is None else server_optimizer
     gradient_fn = gradient(loss_fn)
+    # the authors' clip form: a proximal / dual pull lam * w is added after clipping
+    local_decay = (weight_decay if not correction.decay
+                   else (weight_decay or 0.0) + correction.decay)
 
     def store(tree_):  # per-client state as kept in FedState
         return tree_ if client_state_dtype is None else _floats_to(client_state_dtype, tree_)
@@ -129,46 +165,67 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, gradient=local.pl
             round=jnp.zeros((), jnp.int32))
 
     def round_fn(state: FedState, round_input: RoundInput, key):
-        ids = round_input.client_ids
         w = state.params
         lr = jnp.asarray(round_input.local_lr, jnp.float32)
         num_clients = jax.tree.leaves(state.client_params)[0].shape[0]
         num_steps = jax.tree.leaves(round_input.batches)[0].shape[1]
         steps_lr = num_steps * lr
+        mask = round_input.mask
+        weights = None if mask is None else mask.astype(jnp.float32)
+        ids = (round_input.client_ids if mask is None
+               else jnp.where(mask, round_input.client_ids, num_clients))  # padded: dropped
         old_extra = load(tree.gather(state.client_extra, ids))
         w_start = tree.relaxed_init(w, load(tree.gather(state.client_params, ids)), state.beta)
         client_keys = jax.random.split(key, ids.shape[0])
 
-        def one_client(args):
+        def train(args):
             w0, batches, client_key, extra = args
             ctx = LocalContext(w, w0, state.server_extra, extra)
             w_end, loss, carry = local.local_update(
                 gradient_fn, lambda g, wk: correction.gradient(g, wk, ctx), w0, batches,
-                client_key, lr, ctx, clip_norm=clip_norm, weight_decay=weight_decay)
-            origin = w if delta_from == "global" else w0
-            delta = jax.tree.map(jnp.subtract, w_end, origin)
-            return w_end, delta, loss, correction.client_update(ctx, delta, steps_lr, carry)
+                client_key, lr, ctx, clip_norm=clip_norm, weight_decay=local_decay)
+            progress = jax.tree.map(jnp.subtract, w_end, w0)
+            return (w_end, progress, loss.astype(jnp.float32),
+                    correction.client_update(ctx, progress, steps_lr, carry))
 
-        w_end, delta, losses, new_extra = execution_lib.map_clients(
-            one_client, (w_start, round_input.batches, client_keys, old_extra),
+        def skip(args):  # a padded slot: nothing trained, the old state kept
+            w0, _, _, extra = args
+            # zeros_like of a slot's own array: varying over a shard_map mesh as train's are
+            no_loss = jnp.zeros_like(jax.tree.leaves(w0)[0], jnp.float32, shape=())
+            return w0, tree.zeros_like(w0), no_loss, extra
+
+        def one_client(args):
+            if mask is None:
+                return train(args)
+            *inputs, is_real = args
+            return lax.cond(is_real, train, skip, tuple(inputs))
+
+        mapped = (w_start, round_input.batches, client_keys, old_extra)
+        w_end, progress, losses, new_extra = execution_lib.map_clients(
+            one_client, mapped if mask is None else mapped + (mask,),
             execution, chunk_size, mesh)
 
-        mean_delta = tree.client_mean(delta)
+        mean_progress = tree.client_mean(progress, weights)
+        if delta_from == "start":
+            mean_delta = mean_progress
+        else:
+            mean_delta = tree.client_mean(jax.tree.map(lambda x, y: x - y, w_end, w), weights)
         pseudo_grad = jax.tree.map(jnp.negative, mean_delta)
         updates, server_opt_state = server_opt.update(pseudo_grad, state.server_opt_state, w)
         w_candidate = optax.apply_updates(w, updates)
         client_params = tree.scatter(state.client_params, ids, w_end)
         client_extra = tree.scatter(state.client_extra, ids, new_extra)
         server_extra = correction.server_update(
-            state.server_extra, old_extra, new_extra, mean_delta, steps_lr, num_clients)
+            state.server_extra, old_extra, new_extra, mean_progress, steps_lr, num_clients,
+            weights)
         w_new = correction.global_model(
-            w_candidate, tree.client_mean(w_end), server_extra, load(client_extra))
+            w_candidate, tree.client_mean(w_end, weights), server_extra, load(client_extra))
 
         new_state = FedState(w_new, client_params, server_opt_state, server_extra,
                              client_extra, state.beta, state.round + 1)
         metrics = {
-            "train_loss": jnp.mean(losses),
-            "divergence": jnp.mean(tree.per_client_sq_dist(w_end, w_new)),
+            "train_loss": tree.client_mean(losses, weights),
+            "divergence": tree.client_mean(tree.per_client_sq_dist(w_end, w_new), weights),
             "divergence_all": jnp.mean(tree.per_client_sq_dist(client_params, w_new)),
         }
         return new_state, metrics
@@ -184,10 +241,7 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, gradient=local.pl
         check_round_input(round_input, num_clients, 1 if mesh is None else mesh.size)
         if mesh is not None:
             state = jax.device_put(state, replicated)  # a no-op after the first round
-        round_input = RoundInput(jnp.asarray(round_input.client_ids, jnp.int32),
-                                 round_input.batches,
-                                 jnp.asarray(round_input.local_lr, jnp.float32))
-        return jitted_round(state, round_input, key)
+        return jitted_round(state, as_arrays(round_input), key)
 
     return FederatedAlgorithm(init=init, apply=apply, round_fn=round_fn,
                               costs=correction.costs)

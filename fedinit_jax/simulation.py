@@ -2,7 +2,8 @@
 evaluate, log, checkpoint; resume exactly where a killed run stopped.
 
 Per round t (0-based), everything random is derived from (seed, t):
-    client ids   np.random.default_rng([seed, 1, t])   uniform, without replacement
+    client ids   np.random.default_rng([seed, 1, t])   uniform, without replacement (fixed),
+                                                        or each with probability p (bernoulli)
     batch order  np.random.default_rng([seed, 2, t])   each local epoch reshuffles
     PRNG key     fold_in(key(seed), t)                  split per client, then per step
     local lr     eta_l * decay ** t
@@ -154,7 +155,10 @@ def run(config: dict, workdir: str, *, log=print, progress=None) -> list[dict]:
         prepare_workdir(workdir, config)
         _write_json(os.path.join(workdir, "run_info.json"), {
             "num_params": sum(int(x.size) for x in jax.tree.leaves(exp.init_params)),
-            "num_classes": exp.num_classes, "clients_per_round": exp.clients_per_round,
+            "num_classes": exp.num_classes,
+            "clients_per_round": experiment.expected_clients(config),
+            "client_slots": exp.clients_per_round,
+            "participation_mode": config["participation_mode"],
             "local_steps": exp.steps_per_round, "backend": jax.default_backend(),
             "execution": exp.options["execution"], "num_devices": exp.options["num_devices"],
             "num_processes": jax.process_count(), "costs": exp.algorithm.costs._asdict()})
@@ -185,7 +189,7 @@ def run(config: dict, workdir: str, *, log=print, progress=None) -> list[dict]:
             for t in range(start, rounds):
                 _fault_point("round_start", t + 1)
                 state, row = _train_round(exp, config, state, t, root_key, decay,
-                                          checkpointer.latest_round() or 0)
+                                          checkpointer.latest_round() or 0, log)
                 if (t + 1) % config["eval_every"] == 0 or t + 1 == rounds:
                     t1 = time.perf_counter()
                     row.update({k: float(v) for k, v in exp.evaluate(state.params).items()})
@@ -225,17 +229,28 @@ def _silent(_line):
     pass
 
 
-def _train_round(exp, config, state, t, root_key, decay, last_checkpoint):
+def _sample(exp, config, t, log):
+    """Round t's (client ids, mask): mask None for fixed participation; for Bernoulli the
+    sampled ids padded to the static bound (data/participation.py)."""
+    rng = np.random.default_rng([config["seed"], 1, t])
+    if config["participation_mode"] == "fixed":
+        return data.sample_clients(rng, config["num_clients"], exp.clients_per_round), None
+    ids = data.sample_bernoulli(rng, config["num_clients"], config["participation"])
+    if ids.size > exp.clients_per_round:
+        log(f"round {t + 1}: {ids.size} clients sampled, more than the static bound "
+            f"{exp.clients_per_round}; this round is padded further (one more compilation)")
+    return data.pad(ids, exp.clients_per_round)
+
+
+def _train_round(exp, config, state, t, root_key, decay, last_checkpoint, log=print):
     """Round t (0-based): its inputs from (seed, t), the jitted round, the divergence guard."""
     t0 = time.perf_counter()
-    seed = config["seed"]
-    ids = data.sample_clients(np.random.default_rng([seed, 1, t]), config["num_clients"],
-                              exp.clients_per_round)
+    ids, mask = _sample(exp, config, t, log)
     batches = data.round_batches(exp.shards, ids, epochs=config["local_epochs"],
                                  batch_size=config["batch_size"],
-                                 rng=np.random.default_rng([seed, 2, t]))
+                                 rng=np.random.default_rng([config["seed"], 2, t]))
     lr = np.float32(config["local_lr"] * decay ** t)
-    new_state, metrics = exp.algorithm.apply(state, RoundInput(ids, batches, lr),
+    new_state, metrics = exp.algorithm.apply(state, RoundInput(ids, batches, lr, mask),
                                              jax.random.fold_in(root_key, t))
     metrics = {k: float(v) for k, v in metrics.items()}
     loss_ok = math.isfinite(metrics["train_loss"])
@@ -247,6 +262,8 @@ def _train_round(exp, config, state, t, root_key, decay, last_checkpoint):
             f"{last_checkpoint}) and metrics.jsonl are kept.")
     row = {"round": t + 1, **metrics, "local_lr": float(lr),
            "train_seconds": time.perf_counter() - t0}
+    if mask is not None:
+        row["clients"] = int(mask.sum())  # |S| of a Bernoulli round
     return new_state, row
 
 

@@ -20,19 +20,39 @@ def zeros_like(tree):
     return jax.tree.map(jnp.zeros_like, tree)
 
 
-def client_mean(tree):
-    """Mean over the leading client axis: mean_S(x_i)."""
-    return jax.tree.map(lambda x: jnp.mean(x, axis=0), tree)
+def _real_rows(x, weights):
+    """x with the rows of weight 0 (padded slots) zeroed; inf or NaN there does not leak."""
+    keep = (weights > 0).reshape((-1,) + (1,) * (x.ndim - 1))
+    return jnp.where(keep, x, jnp.zeros((), x.dtype))
+
+
+def client_sum(tree, weights=None):
+    """Sum over the leading client axis: sum_S(x_i); with weights ([N] 0/1, 0 = a padded
+    slot), of the rows of weight 1 only."""
+    if weights is None:
+        return jax.tree.map(lambda x: jnp.sum(x, axis=0), tree)
+    return jax.tree.map(lambda x: jnp.sum(_real_rows(x, weights), axis=0), tree)
+
+
+def client_mean(tree, weights=None):
+    """Mean over the leading client axis: mean_S(x_i); with weights ([N] 0/1, 0 = a padded
+    slot), sum_S(x_i) / |S| over the rows of weight 1 only."""
+    if weights is None:
+        return jax.tree.map(lambda x: jnp.mean(x, axis=0), tree)
+    count = jnp.sum(weights)
+    return jax.tree.map(lambda x: x / count.astype(x.dtype), client_sum(tree, weights))
 
 
 def gather(stacked, ids):
-    """Rows `ids` of a [C, ...] stacked pytree -> [N, ...]."""
-    return jax.tree.map(lambda x: x[ids], stacked)
+    """Rows `ids` of a [C, ...] stacked pytree -> [N, ...]; an id >= C reads row C - 1."""
+    return jax.tree.map(lambda x: jnp.take(x, ids, axis=0, mode="clip"), stacked)
 
 
 def scatter(stacked, ids, rows):
-    """stacked with rows `ids` replaced by `rows` ([N, ...])."""
-    return jax.tree.map(lambda x, r: x.at[ids].set(r.astype(x.dtype)), stacked, rows)
+    """stacked with rows `ids` replaced by `rows` ([N, ...]); a row whose id is >= C (a padded
+    slot) is dropped, not written."""
+    return jax.tree.map(lambda x, r: x.at[ids].set(r.astype(x.dtype), mode="drop"),
+                        stacked, rows)
 
 
 def stack(tree, n):

@@ -8,7 +8,7 @@ Every algorithm is a pure function pair (optax / fedjax style)::
 The state is a NamedTuple of arrays only; its structure, shapes and dtypes are the same
 after every round, so a run compiles once.
 """
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 
@@ -24,11 +24,16 @@ class RoundInput(NamedTuple):
     client_ids: [N] int32, the sampled clients S (distinct, in [0, C)).
     batches: a pytree whose leaves are [N, K, B, ...]: K local minibatches per client.
     local_lr: [] float32, eta_l of this round (traced: changing it never recompiles).
+    mask: None (every slot is a sampled client), or [N] bool: False marks a padded slot. A
+      round whose |S| varies (Bernoulli participation) pads S to a static N; padded slots
+      train nothing, count in no mean or metric, and write no client state; their
+      client_ids are ignored.
     """
 
     client_ids: Array
     batches: PyTree
     local_lr: Array
+    mask: Optional[Array] = None
 
 
 class FedState(NamedTuple):

@@ -2,6 +2,11 @@
 
 Loops over rounds, clients and steps; float64; a linear-regression model whose parameters
 are one flat vector theta = [w (d), b]. It shares no code with the library.
+
+As the authors' simulator: every correction state (c_i, c, h_i, d, mu_i, s) is built from
+the local progress p_i = w_iK - w_i0; `delta_from` only moves a FedAvg-type server; FedDyn's
+and FedProx's pull lam * w is added after clipping, with the weight decay. A round's ids may
+have any length (Bernoulli participation: |S| varies).
 """
 import numpy as np
 
@@ -39,9 +44,10 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
     mu_i = [np.zeros_like(w) for _ in range(num_clients)]
     s = np.zeros_like(w)
     history = []
+    clipped = []  # per local step: was the gradient clipped?
     for ids, xs, ys, lr in rounds:
         num_steps = xs.shape[1]
-        ends, deltas, new_ci, losses = [], [], {}, []
+        ends, deltas, progresses, new_ci, losses = [], [], [], {}, []
         for n, i in enumerate(ids):
             start = w + beta * (w - w_local[i])
             x = start.copy()
@@ -58,31 +64,34 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
                     e = rho * g_tilde / (np.linalg.norm(g_tilde) + 1e-7)
                     dual = dual + e - s
                     g = mse_grad(x + e, bx, by)
+                pull = 0.0  # the proximal / dual pull, added after clipping
                 if scaf:
                     g = g + (c - c_i[i])
                 elif dyn:
-                    g = g + lam * h_i[i] + lam * (x - start)
+                    g = g + lam * (h_i[i] - start)
+                    pull = lam
                 elif cm:
                     g = alpha * g + (1 - alpha) * d
                 elif alg == "fedprox":
-                    g = g + mu * (x - start)
-                if clip:
-                    norm = np.linalg.norm(g)
-                    if norm > clip:
-                        g = g * clip / norm
-                if wd:
-                    g = g + wd * x
+                    g = g - mu * start
+                    pull = mu
+                clipped.append(bool(clip) and np.linalg.norm(g) > clip)
+                if clipped[-1]:
+                    g = g * clip / np.linalg.norm(g)
+                g = g + ((wd or 0.0) + pull) * x
                 x = x - lr * g
-            delta = x - (w if delta_from == "global" else start)
+            progress = x - start
             ends.append(x)
-            deltas.append(delta)
+            deltas.append(x - w if delta_from == "global" else progress)
+            progresses.append(progress)
             if scaf:
-                new_ci[i] = c_i[i] - c - delta / (num_steps * lr)
+                new_ci[i] = c_i[i] - c - progress / (num_steps * lr)
             if dyn:
-                h_i[i] = h_i[i] + delta
+                h_i[i] = h_i[i] + progress
             if alg == "fedsmoo":
                 mu_i[i] = dual
         mean_delta = np.mean(deltas, axis=0)
+        mean_progress = np.mean(progresses, axis=0)
         if alg == "fedadam":
             m = b1 * m + (1 - b1) * mean_delta
             v = b2 * v + (1 - b2) * mean_delta ** 2
@@ -99,7 +108,7 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
             for i in ids:
                 c_i[i] = new_ci[i]
         if cm:
-            d = -mean_delta / (num_steps * lr)
+            d = -mean_progress / (num_steps * lr)
         for n, i in enumerate(ids):
             w_local[i] = ends[n]
         history.append({
@@ -108,4 +117,5 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
             "divergence_all": float(np.mean([np.sum((wl - w) ** 2) for wl in w_local])),
         })
     return {"w": w, "w_local": np.stack(w_local), "c": c, "c_i": np.stack(c_i),
-            "h_i": np.stack(h_i), "d": d, "mu_i": np.stack(mu_i), "s": s, "m": m, "v": v, "history": history}
+            "h_i": np.stack(h_i), "d": d, "mu_i": np.stack(mu_i), "s": s, "m": m, "v": v, "history": history,
+            "clipped_steps": int(np.sum(clipped)), "steps": len(clipped)}

@@ -40,6 +40,7 @@ def test_matches_numpy_reference(linreg_rounds, theta0, name, hparams, ref_kwarg
     state, history = run(algo, theta0, linreg_rounds)
     ref = simulate(name, theta0, NUM_CLIENTS, linreg_rounds, beta=beta, delta_from=delta_from,
                    clip=1.0, wd=1e-3, **ref_kwargs)
+    assert ref["clipped_steps"] > 0  # the authors' clip form is exercised, not bypassed
     assert_matches(state, history, ref)
     extra = {"scaffold": ("c", "c_i"), "fedgamma": ("c", "c_i"), "feddyn": (None, "h_i"),
              "fedspeed": (None, "h_i"), "fedcm": ("d", None), "mofedsam": ("d", None),

@@ -114,7 +114,7 @@ BAD_VALUES = {
     "beta": [float("nan"), float("inf")], "conv": ["cudnn"], "seed": [-1, 0.5],
     "keep_checkpoints": [0], "checkpoint_every": [-1], "num_devices": [-1],
     "model_width": [0.0, -1.0], "classes_per_client": [0],
-    "client_state_dtype": ["int8", "bf16", None],
+    "client_state_dtype": ["int8", "bf16", None], "participation_mode": ["uniform", None],
 }
 
 

@@ -19,6 +19,8 @@ def get_config():
     c.cache_dir = ""                # decoded-array cache; '' = $FEDINIT_CACHE_DIR or ~/.cache
     c.num_clients = 20
     c.participation = 0.25          # clients per round = round(participation * num_clients)
+    c.participation_mode = "fixed"  # fixed (that many, uniform) | bernoulli (each client with
+                                    # probability participation, as the authors' code)
     c.partition = "dirichlet"       # iid | dirichlet | pathological
     c.dirichlet_alpha = 0.1
     c.classes_per_client = 2        # pathological only

@@ -8,8 +8,20 @@ replacement); PART 10-100 (10% of 100 clients, batch 50) | 5-200 (5% of 200 clie
 25). Common to all: 5 local epochs, local lr 0.1 decayed by 0.998 per round (FedDyn 0.9995),
 global lr 1 (FedAdam 0.1), weight decay 1e-3, clip 10, flip + crop augmentation; 500 rounds
 on CIFAR-10, 800 on CIFAR-100; evaluation every round (the tables smooth the curve and take the
-max over the last 50 rounds). The noises of Section 5.1 are off: the tables come from the
-authors' code, which has none. CIFAR-10 data: TFDS_DATA_DIR=../shared/tfds.
+max over the last 50 rounds).
+
+The presets run the configuration that produced the tables, the authors' code (FL-Simulator):
+  * delta_from="start": the server moves w by mean_S(w_iK - w_i0), the RI offset is not
+    carried into w (correction states are built from w_iK - w_i0 under either option);
+  * participation_mode="bernoulli": every client takes part with probability 10% (5%) each
+    round, so |S| varies (data/participation.py);
+  * FedDyn / FedProx / FedSpeed / FedSMOO clip their gradient in the authors' form (always:
+    feddyn.py);
+  * no heterogeneity noise (Section 5.1 describes noises; the authors' code has none).
+Algorithm 1 of the paper as written (w <- mean_S(w_iK), RI offset kept in w; a fixed
+N = 10 (5%: 10 of 200) clients per round) is the same preset with
+    --config.delta_from=global --config.participation_mode=fixed
+CIFAR-10 data: TFDS_DATA_DIR=../shared/tfds.
 
 Example, the setting of the paper's headline claim (FedInit 75.95 vs FedAvg 72.53 on CIFAR-10,
 ResNet-18-GN, Dir-0.1, 10%-100):
@@ -64,6 +76,8 @@ def get_config(arg: str = "cifar10-resnet18_gn-dir0.1-10-100"):
     c.local_epochs = 5
     c.augment = True
     c.local_lr = 0.1
+    c.delta_from = "start"              # the authors' code; "global" = Algorithm 1 line 16
+    c.participation_mode = "bernoulli"  # the authors' code; "fixed" = Algorithm 1 line 4
     c.rounds = 500 if dataset == "cifar10" else 800
     c.eval_every = 1
     c.checkpoint_every = 25

@@ -1,9 +1,13 @@
 """FedCM (Xu et al., 2021): client-level momentum from last round's mean update.
 
-    d = -mean_S(delta_i) / (K eta_l)   of the previous round (d = 0 in round 0)
+    d = -mean_S(p_i) / (K eta_l)   of the previous round (d = 0 in round 0),
+                                    p_i = w_iK - w_i0 (the local progress)
     local gradient:  alpha * g + (1 - alpha) * d
-    server:          w as FedAvg; store d for the next round
+    server:          w as FedAvg (follows delta_from); store d for the next round
 
+d is built from p_i under both `delta_from`, as in the authors' code (they divide
+Averaged_update = mean_S(w_iK - w_i0) by K and the previous round's lr): under RI, w_iK - w
+would carry the offset beta (w - w_i) into the momentum and feed it back (correction.py).
 alpha = 0.1 by default; alpha = 1 is exactly FedAvg.
 """
 import jax
@@ -15,8 +19,8 @@ from fedinit_jax.tree import zeros_like
 from fedinit_jax.types import Costs
 
 
-def _server_update(_d, _old, _new, mean_delta, steps_lr, _num_clients):
-    return jax.tree.map(lambda m: -m / steps_lr, mean_delta)
+def _server_update(_d, _old, _new, mean_progress, steps_lr, _num_clients, _weights):
+    return jax.tree.map(lambda m: -m / steps_lr, mean_progress)
 
 
 def correction(alpha: float) -> Correction:

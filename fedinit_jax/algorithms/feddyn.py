@@ -1,9 +1,15 @@
 """FedDyn (Acar et al., 2021) as a Correction of FedAvg, in the authors' code's form.
 
-    local gradient:  g + lam * h_i + lam * (w_k - w_i0)
-    after training:  h_i <- h_i + delta_i
-    server:          w <- mean_S(w_iK) + mean_C(h_i)     (eta_g unused)
+    local gradient:  clip(g + lam * (h_i - w_i0)) + (wd + lam) * w_k
+    after training:  h_i <- h_i + p_i,   p_i = w_iK - w_i0 (the local progress)
+    server:          w <- mean_S(w_iK) + mean_C(h_i)     (eta_g and delta_from unused)
 
+Without clipping this is g + lam * h_i + lam * (w_k - w_i0) + wd * w_k. With clipping the
+authors clip only g + lam * (h_i - w_i0) and add lam * w_k with the weight decay afterwards
+(their SGD's weight_decay = wd + lam); the paper's tables were made with this form, so it is
+the one implemented. For ResNet-18-GN, lam * ||w_i0|| ~ 11 > 10 = clip, so it clips from the
+first step. h_i is built from p_i under both `delta_from`, as the authors do; under RI,
+w_iK - w would carry the offset beta (w - w_i) into h_i and feed it back (correction.py).
 lam = 0.1 by default; the paper's FedDyn runs decay eta_l by 0.9995 per round.
 """
 import jax
@@ -16,8 +22,8 @@ from fedinit_jax.tree import zeros_like
 from fedinit_jax.types import Costs
 
 
-def _client_update(ctx, delta, _steps_lr, _carry=()):
-    return jax.tree.map(jnp.add, ctx.client_extra, delta)
+def _client_update(ctx, progress, _steps_lr, _carry=()):
+    return jax.tree.map(jnp.add, ctx.client_extra, progress)
 
 
 def _global_model(_w_candidate, mean_w_end, _server_extra, h_all):
@@ -25,14 +31,14 @@ def _global_model(_w_candidate, mean_w_end, _server_extra, h_all):
 
 
 def correction(lam: float) -> Correction:
-    """FedDyn's dual correction with coefficient lam."""
+    """FedDyn's dual correction with coefficient lam (lam * w_k joins the weight decay)."""
 
-    def gradient(g, w, ctx):
-        return jax.tree.map(lambda g, h, wk, w0: g + lam * h + lam * (wk - w0),
-                            g, ctx.client_extra, w, ctx.w_start)
+    def gradient(g, _w, ctx):
+        return jax.tree.map(lambda g, h, w0: g + lam * (h - w0), g, ctx.client_extra,
+                            ctx.w_start)
 
-    return Correction(init_client=zeros_like, gradient=gradient, client_update=_client_update,
-                      global_model=_global_model,
+    return Correction(init_client=zeros_like, gradient=gradient, decay=lam,
+                      client_update=_client_update, global_model=_global_model,
                       costs=Costs(server_state=("mean_h",), client_state=("h_i",)))
 
 

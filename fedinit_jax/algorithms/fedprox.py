@@ -1,8 +1,12 @@
-"""FedProx (Li et al., 2020): a proximal term towards the client's start point.
+"""FedProx (Li et al., 2020): a proximal term towards the client's start point, in the
+authors' code's form.
 
-    local gradient:  g + mu * (w_k - w_i0)
+    local gradient:  clip(g - mu * w_i0) + (wd + mu) * w_k
 
-mu = 0.01 by default; mu = 0 is exactly FedAvg. With RI the proximal centre is w_i0.
+Without clipping this is g + mu * (w_k - w_i0) + wd * w_k. With clipping the authors clip only
+g - mu * w_i0 and add mu * w_k with the weight decay afterwards (their SGD's weight_decay =
+wd + mu), as for FedDyn; that form is implemented. mu = 0.01 by default; mu = 0 is exactly
+FedAvg. With RI the proximal centre is w_i0.
 """
 import jax
 
@@ -12,12 +16,12 @@ from fedinit_jax.correction import Correction
 
 
 def correction(mu: float) -> Correction:
-    """FedProx's proximal gradient mu * (w_k - w_i0)."""
+    """FedProx's proximal gradient: -mu * w_i0 before clipping, mu * w_k after it."""
 
-    def gradient(g, w, ctx):
-        return jax.tree.map(lambda g, wk, w0: g + mu * (wk - w0), g, w, ctx.w_start)
+    def gradient(g, _w, ctx):
+        return jax.tree.map(lambda g, w0: g - mu * w0, g, ctx.w_start)
 
-    return Correction(gradient=gradient)
+    return Correction(gradient=gradient, decay=mu)
 
 
 def fedprox(loss_fn, *, mu: float = 0.01, **options):

@@ -5,13 +5,13 @@ Per local step, with mu_i the client's SAM dual variable (carried through the st
 server's global perturbation:
 
     g1 = grad f(w_k);  g~ = g1 - (mu_i + s);  e = rho g~ / (||g~|| + 1e-7);  mu_i <- mu_i + e - s
-    g  = grad f(w_k + e) + lam * h_i + lam * (w_k - w_i0)
+    g  = clip(grad f(w_k + e) + lam * (h_i - w_i0)) + (wd + lam) * w_k   (FedDyn's clip form)
 
-After the round: h_i <- h_i + delta_i and mu_i is stored for client i;
+After the round: h_i <- h_i + p_i (p_i = w_iK - w_i0) and mu_i is stored for client i;
     w <- mean_S(w_iK) + mean_C(h_i);   s <- rho * mean_S(mu_i) / (||mean_S(mu_i)|| + 1e-7)
 
-(the 1e-7 in s's denominator is ours: it keeps s = 0, not NaN, while every mu_i is 0.)
-rho = 0.1, lam = 0.1 by default.
+(the 1e-7 in s's denominator is the authors' code's; it keeps s = 0, not NaN, while every
+mu_i is 0.) rho = 0.1, lam = 0.1 by default.
 """
 from typing import Any, NamedTuple
 
@@ -24,7 +24,7 @@ from fedinit_jax.algorithms.feddyn import correction as feddyn_correction
 from fedinit_jax.algorithms._checks import check_range
 from fedinit_jax.algorithms.fedavg import fedavg
 from fedinit_jax.correction import Correction, LocalContext
-from fedinit_jax.tree import zeros_like
+from fedinit_jax.tree import client_mean, zeros_like
 from fedinit_jax.types import Costs
 
 
@@ -62,11 +62,12 @@ def correction(lam: float, rho: float) -> Correction:
     def gradient(g, w, ctx: LocalContext):
         return dyn.gradient(g, w, as_dyn(ctx))
 
-    def client_update(ctx, delta, steps_lr, mu_final):
-        return ClientState(h=dyn.client_update(as_dyn(ctx), delta, steps_lr, ()), mu=mu_final)
+    def client_update(ctx, progress, steps_lr, mu_final):
+        return ClientState(h=dyn.client_update(as_dyn(ctx), progress, steps_lr, ()),
+                           mu=mu_final)
 
-    def server_update(_s, _old, new, _mean_delta, _steps_lr, _num_clients):
-        mean_mu = jax.tree.map(lambda m: jnp.mean(m, axis=0), new.mu)
+    def server_update(_s, _old, new, _mean_progress, _steps_lr, _num_clients, weights):
+        mean_mu = client_mean(new.mu, weights)
         scale = rho / (optax.tree.norm(mean_mu) + 1e-7)
         return jax.tree.map(lambda m: scale * m, mean_mu)
 
@@ -75,7 +76,7 @@ def correction(lam: float, rho: float) -> Correction:
 
     return Correction(
         init_server=zeros_like, init_client=lambda w: ClientState(zeros_like(w), zeros_like(w)),
-        gradient=gradient, client_update=client_update, server_update=server_update,
+        gradient=gradient, decay=dyn.decay, client_update=client_update, server_update=server_update,
         global_model=global_model,
         costs=Costs(down=("w", "s"), up=("delta", "mu_i"), server_state=("mean_h", "s"),
                     client_state=("h_i", "mu_i"), client_work=("e",)))

@@ -1,7 +1,9 @@
 """FedSpeed (Sun et al., 2023), as in the authors' simulator: FedDyn with SAM's gradient.
 
-    local gradient:  SAM gradient (rho) + lam * h_i + lam * (w_k - w_i0)
-    server:          h_i <- h_i + delta_i;  w <- mean_S(w_iK) + mean_C(h_i)
+    local gradient:  clip(SAM gradient (rho) + lam * (h_i - w_i0)) + (wd + lam) * w_k
+    server:          h_i <- h_i + p_i (p_i = w_iK - w_i0);  w <- mean_S(w_iK) + mean_C(h_i)
+
+(FedDyn's clip form and state rule, feddyn.py.)
 
 rho = 0.1, lam = 0.1 by default; rho = 0 is exactly FedDyn.
 """

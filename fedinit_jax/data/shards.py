@@ -38,13 +38,6 @@ def steps_per_epoch(shard_size: int, batch_size: int) -> int:
     return shard_size // batch_size
 
 
-def sample_clients(rng: np.random.Generator, num_clients: int, per_round: int) -> np.ndarray:
-    """A uniform sample of `per_round` distinct clients, sorted (int32 [N])."""
-    if not 1 <= per_round <= num_clients:
-        raise ValueError(f"clients per round={per_round} must be in [1, {num_clients}]")
-    return np.sort(rng.choice(num_clients, size=per_round, replace=False)).astype(np.int32)
-
-
 def round_batches(shards: ClientShards, client_ids, *, epochs: int, batch_size: int,
                   rng: np.random.Generator):
     """(images [N, K, B, H, W, ch] uint8, labels [N, K, B] int32) for the sampled clients."""

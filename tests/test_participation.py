@@ -1,0 +1,157 @@
+"""Bernoulli participation: |S| varies, padded slots are masked; against the numpy reference."""
+import math
+
+import jax
+import numpy as np
+import pytest
+
+from conftest import DIM, NUM_CLIENTS, flat, linreg_loss, params_from
+from fedinit_jax import RoundInput, algorithms, data
+from numpy_reference import simulate
+from test_algorithms import CASES, stacked
+from test_core import assert_matches
+
+SLOTS = 5  # the static client axis; every round below samples fewer
+ROUND_IDS = ([3], [0, 1, 2, 4], [1, 3], [0, 1, 2, 3])  # |S| = 1, 4, 2, 4 of C = 5
+
+
+@pytest.fixture(scope="module")
+def varying_rounds():
+    """Rounds with |S| varying, as (ids, xs, ys, lr) for the reference."""
+    rng = np.random.default_rng(1)
+    true_w = rng.normal(size=(NUM_CLIENTS, DIM))
+    rounds = []
+    for t, ids in enumerate(ROUND_IDS):
+        xs = rng.normal(size=(len(ids), 4, 8, DIM)).astype(np.float32)
+        ys = np.einsum("nkbd,nd->nkb", xs, true_w[ids]).astype(np.float32) - 0.3
+        rounds.append((np.array(ids, np.int32), xs, ys, np.float32(0.05 * 0.998 ** t)))
+    return rounds
+
+
+def padded(rounds, slots=SLOTS, fill=np.nan):
+    """The rounds padded to `slots` clients: padded ids repeat a sampled client (a duplicate
+    if it counted) and their batches hold `fill` (NaN: anything that counted would show)."""
+    out = []
+    for ids, xs, ys, lr in rounds:
+        ids_p, mask = data.pad(ids, slots)
+        ids_p[~mask] = ids[0]
+        xs_p = np.full((slots,) + xs.shape[1:], fill, np.float32)
+        ys_p = np.full((slots,) + ys.shape[1:], fill, np.float32)
+        xs_p[mask], ys_p[mask] = xs, ys
+        out.append(RoundInput(ids_p, (xs_p, ys_p), lr, mask))
+    return out
+
+
+def run_inputs(algo, theta0, inputs):
+    state = algo.init(params_from(theta0), num_clients=NUM_CLIENTS)
+    history = []
+    for t, inp in enumerate(inputs):
+        state, metrics = algo.apply(state, inp, jax.random.fold_in(jax.random.key(0), t))
+        history.append({k: float(v) for k, v in metrics.items()})
+    return state, history
+
+
+# every algorithm once, the SAM family at rho > 0
+VARYING = [c for c in CASES if c[1].get("rho", 1.0) > 0] + [("fedavg", {}, {})]
+
+
+@pytest.mark.parametrize("execution", ["vmap", "sequential"])
+@pytest.mark.parametrize("delta_from", ["global", "start"])
+@pytest.mark.parametrize("name, hparams, ref_kwargs", VARYING, ids=[c[0] for c in VARYING])
+def test_varying_participation_matches_reference(varying_rounds, theta0, name, hparams,
+                                                 ref_kwargs, delta_from, execution):
+    algo = algorithms.get(name, linreg_loss, beta=0.1, delta_from=delta_from, clip_norm=1.0,
+                          weight_decay=1e-3, execution=execution, **hparams)
+    state, history = run_inputs(algo, theta0, padded(varying_rounds))
+    ref = simulate(name, theta0, NUM_CLIENTS, varying_rounds, beta=0.1, delta_from=delta_from,
+                   clip=1.0, wd=1e-3, **ref_kwargs)
+    assert ref["clipped_steps"] > 0
+    assert_matches(state, history, ref)
+    if name in ("scaffold", "fedgamma"):
+        np.testing.assert_allclose(flat(state.server_extra), ref["c"], atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(stacked(state.client_extra), ref["c_i"], atol=1e-5)
+    if name in ("feddyn", "fedspeed"):
+        np.testing.assert_allclose(stacked(state.client_extra), ref["h_i"], atol=1e-5)
+    if name == "fedsmoo":
+        np.testing.assert_allclose(flat(state.server_extra), ref["s"], atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(stacked(state.client_extra.mu), ref["mu_i"], atol=1e-5)
+    if name in ("fedcm", "mofedsam"):
+        np.testing.assert_allclose(flat(state.server_extra), ref["d"], atol=1e-5, rtol=1e-5)
+
+
+def test_bound_never_changes_the_result(varying_rounds, theta0):
+    """The same rounds padded to 5 or 8 slots, and a full mask against no mask."""
+    algo = algorithms.scaffold(linreg_loss, beta=0.1, execution="sequential")
+    a, ha = run_inputs(algo, theta0, padded(varying_rounds, 5, fill=0.0))
+    b, hb = run_inputs(algo, theta0, padded(varying_rounds, 8, fill=7.0))
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=1e-6)
+    plain = [RoundInput(ids, (xs, ys), lr) for ids, xs, ys, lr in varying_rounds]
+    full = [inp._replace(mask=np.ones(len(inp.client_ids), bool)) for inp in plain]
+    c, _ = run_inputs(algo, theta0, full)
+    d, _ = run_inputs(algo, theta0, plain)
+    for x, y in zip(jax.tree.leaves(c), jax.tree.leaves(d)):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=1e-7)
+
+
+def test_mask_checks(varying_rounds, theta0):
+    algo = algorithms.fedavg(linreg_loss)
+    state = algo.init(params_from(theta0), num_clients=NUM_CLIENTS)
+    inp = padded(varying_rounds)[1]
+    key = jax.random.key(0)
+    with pytest.raises(ValueError, match="every slot as padding"):
+        algo.apply(state, inp._replace(mask=np.zeros(SLOTS, bool)), key)
+    with pytest.raises(ValueError, match="mask must be a bool"):
+        algo.apply(state, inp._replace(mask=np.ones(SLOTS, np.int32)), key)
+    with pytest.raises(ValueError, match="duplicates"):  # padded duplicates are fine; real not
+        algo.apply(state, inp._replace(mask=np.ones(SLOTS, bool)), key)
+
+
+def test_bernoulli_sampling_and_bound():
+    rng = np.random.default_rng(0)
+    sizes = [data.sample_bernoulli(rng, 100, 0.1).size for _ in range(4000)]
+    assert abs(np.mean(sizes) - 10.0) < 0.2 and abs(np.var(sizes) - 9.0) < 0.8
+    assert min(sizes) >= 1  # an empty draw is redrawn
+    assert [data.sample_bernoulli(rng, 20, 0.01).size >= 1 for _ in range(200)] == [True] * 200
+    for c, p in ((100, 0.1), (200, 0.05), (20, 0.25)):
+        n = data.bernoulli_bound(c, p)
+        pmf = [math.comb(c, k) * p ** k * (1 - p) ** (c - k) for k in range(c + 1)]
+        assert sum(pmf[n + 1:]) <= 1e-6 < sum(pmf[n:])  # the smallest such bound
+        assert data.bernoulli_bound(c, p, multiple=4) % 4 == 0
+    assert data.bernoulli_bound(10, 1.0) == 10
+
+
+def test_pad_grows_past_the_bound_instead_of_dropping():
+    ids, mask = data.pad(np.array([4, 7, 9]), 5)
+    assert ids.tolist() == [4, 7, 9, 0, 0] and mask.tolist() == [True] * 3 + [False] * 2
+    ids, mask = data.pad(np.arange(7), 5)  # more than the bound: nothing is cut
+    assert ids.size == 10 and mask.sum() == 7 and ids[:7].tolist() == list(range(7))
+
+
+def test_two_devices_with_padded_slots(varying_rounds, theta0):
+    """shard_map over 2 devices with masked slots (lax.cond in each shard) = the reference."""
+    algo = algorithms.scaffold(linreg_loss, beta=0.1, clip_norm=1.0, weight_decay=1e-3,
+                               execution="sequential", num_devices=2)
+    state, history = run_inputs(algo, theta0, padded(varying_rounds, 6))
+    ref = simulate("scaffold", theta0, NUM_CLIENTS, varying_rounds, beta=0.1, clip=1.0, wd=1e-3)
+    assert_matches(state, history, ref)
+
+
+def test_bernoulli_run_through_the_loop_resumes_exactly(tmp_path):
+    """The host loop samples |S| per round, and a run extended from 3 to 6 rounds equals an
+    uninterrupted 6-round run."""
+    from experiments.configs import default
+    from fedinit_jax import simulation
+
+    config = {**default.get_config().to_dict(), "participation_mode": "bernoulli",
+              "algorithm": "feddyn", "beta": 0.1, "rounds": 6, "local_epochs": 1,
+              "eval_every": 3, "checkpoint_every": 3}
+    quiet = {"log": lambda line: None, "progress": False}
+    whole = simulation.run(config, str(tmp_path / "whole"), **quiet)
+    simulation.run({**config, "rounds": 3}, str(tmp_path / "split"), **quiet)
+    split = simulation.run(config, str(tmp_path / "split"), **quiet)
+    sizes = [row["clients"] for row in whole]
+    assert len(set(sizes)) > 1 and min(sizes) >= 1  # |S| varies, never empty
+    for a, b in zip(whole, split):
+        for k in ("clients", "train_loss", "divergence", "divergence_all"):
+            assert a[k] == b[k], (k, a["round"])
