@@ -129,6 +129,27 @@ def cost_table(runs):
          for r in rows]) + f"\n\n(d = {d:,} parameters, N = {n}, C = {c}; ratios to {names[0]})"
 
 
+def figure1_series(runs, window, last):
+    """[(x field, PNG name, {curve label: {x: [final accuracy %, one per seed]}})] for Fig. 1:
+    over local epochs a curve is one method (FedAvg and FedInit apart) in one setting but its
+    epochs; over beta, one base algorithm in one setting, epochs included. Curves of one
+    point are left out."""
+    from fedinit_jax import results as R
+
+    out = []
+    for field, fname, getter, label_of in (
+            ("local_epochs", "fig1a_epochs.png", lambda c: c["local_epochs"],
+             lambda c: f"{R.method(c)} {R.setting(c).rsplit(' E', 1)[0]}"),
+            ("beta", "fig1b_beta.png", R.beta_of,
+             lambda c: f"{R.base_name(c)} {R.setting(c)}{_delta_tag(c)}")):
+        series = defaultdict(lambda: defaultdict(list))
+        for run in runs:
+            series[label_of(run.config)][getter(run.config)].append(
+                100 * R.final_accuracy(run, window, last))
+        out.append((field, fname, {k: v for k, v in series.items() if len(v) > 1}))
+    return out
+
+
 def figures(runs, out, window, last):
     import matplotlib
 
@@ -138,15 +159,7 @@ def figures(runs, out, window, last):
     from fedinit_jax import results as R
 
     written = []
-    # Fig. 1: accuracy vs local epochs, and vs beta, per base algorithm and setting
-    for field, fname, getter in (("local_epochs", "fig1a_epochs.png", lambda c: c["local_epochs"]),
-                                 ("beta", "fig1b_beta.png", R.beta_of)):
-        series = defaultdict(lambda: defaultdict(list))
-        for run in runs:
-            c = run.config
-            label = f"{R.base_name(c)} {R.setting(c).rsplit(' E', 1)[0]}{_delta_tag(c)}"
-            series[label][getter(c)].append(100 * R.final_accuracy(run, window, last))
-        series = {k: v for k, v in series.items() if len(v) > 1}
+    for field, fname, series in figure1_series(runs, window, last):
         if not series:
             continue
         fig, ax = plt.subplots(figsize=(6, 4))

@@ -89,3 +89,23 @@ def test_unfinished_run_is_left_out_and_named(two_folders, tmp_path):
 def test_no_runs_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="no finished runs"):
         report([str(tmp_path)], str(tmp_path / "out"))
+
+
+def test_figure1_curves_keep_methods_and_epochs_apart(tmp_path):
+    """Fig. 1(a): FedAvg and FedInit are separate curves over local epochs; Fig. 1(b): runs of
+    different local epochs are separate curves over beta."""
+    from experiments.report import figure1_series
+
+    for algorithm, beta, epochs, acc in (("fedavg", None, 1, 0.1), ("fedavg", None, 2, 0.2),
+                                         ("fedinit", None, 1, 0.3), ("fedinit", None, 2, 0.4)):
+        folder = str(tmp_path / f"{algorithm}{epochs}")
+        write_run(folder, algorithm, beta, 0, [acc] * 4)
+        config = json.load(open(os.path.join(folder, "config.json")))
+        json.dump({**config, "local_epochs": epochs}, open(os.path.join(folder, "config.json"), "w"))
+    runs = results.find_runs([str(tmp_path)])
+    (_, _, by_epochs), (_, _, by_beta) = figure1_series(runs, window=1, last=2)
+    setting = "toy mlp Dir-0.1 10%-100"
+    assert by_epochs == {f"FedAvg {setting}": {1: [10.0], 2: [20.0]},
+                         f"FedInit {setting}": {1: [30.0], 2: [40.0]}}
+    assert by_beta == {f"FedAvg {setting} E1": {0.0: [10.0], 0.1: [30.0]},
+                       f"FedAvg {setting} E2": {0.0: [20.0], 0.1: [40.0]}}
