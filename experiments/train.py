@@ -5,6 +5,7 @@
 
 Bad flags or config values print one line naming the field and exit with code 2.
 """
+import os
 import sys
 
 from experiments.cli import use_all_cpu_cores
@@ -27,9 +28,21 @@ flags.DEFINE_integer("process_id", None, "Multi-process by hand: this process's 
 FLAGS = flags.FLAGS
 
 
+def _drop_closed_loop_noise(unraisable):
+    """After a failed checkpoint write, tensorstore's callbacks may still reach orbax's closed
+    asyncio loop and print "Event loop is closed" tracebacks; the failure itself is reported
+    in one line. Everything else goes to Python's default hook."""
+    if not (isinstance(unraisable.exc_value, RuntimeError)
+            and "Event loop is closed" in str(unraisable.exc_value)):
+        sys.__unraisablehook__(unraisable)
+
+
 def main(argv):
     del argv
-    logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint step at INFO
+    sys.unraisablehook = _drop_closed_loop_noise
+    # orbax logs every checkpoint step at INFO, and a failed write at ERROR with tracebacks;
+    # the binary reports every failure itself, in one line
+    logging.set_verbosity(logging.FATAL)
     from fedinit_jax import simulation  # after flag parsing: a bad flag costs no JAX import
 
     if not FLAGS.workdir:
@@ -49,6 +62,10 @@ def main(argv):
     except simulation.DivergenceError as err:
         print(f"error: diverged: {err}", file=sys.stderr)
         sys.exit(3)
+    except simulation.WriteError as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(4)  # now: a checkpoint writer thread may still be failing in the background
     except simulation.Stopped as err:
         print(str(err), file=sys.stderr)
         sys.exit(128 + err.signum)

@@ -24,6 +24,7 @@ class Checkpointer:
 
     def __init__(self, workdir: str, keep: int = 2, log=print):
         self._directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
+        self.directory = self._directory
         self._keep = keep
         self._log = log
         self._manager = self._open()

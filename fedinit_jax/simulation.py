@@ -9,8 +9,10 @@ Per round t (0-based), everything random is derived from (seed, t):
     local lr     eta_l * decay ** t
 so a resumed run recomputes rounds after its last checkpoint bit for bit.
 
-Outputs in the workdir: config.json (the resolved config), metrics.jsonl (one JSON object per
-round, flushed each round), TensorBoard events under tb/, checkpoints/ (orbax).
+Outputs in the workdir (workdir.py): config.json (the resolved config), metrics.jsonl (one
+JSON object per round, flushed each round), TensorBoard events under tb/, checkpoints/
+(orbax). One process at a time writes a workdir (a lock); a failed write ends the run with
+WriteError naming the file and the last good checkpoint.
 """
 import json
 import math
@@ -24,17 +26,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedinit_jax import data, distributed, experiment
+from fedinit_jax import data, distributed, experiment, workdir as workdir_lib
 from fedinit_jax.checkpoint import Checkpointer
 from fedinit_jax.types import RoundInput
+from fedinit_jax.workdir import WorkdirError, WriteError, read_metrics  # noqa: F401 (API)
 
 RESUMABLE_CHANGES = ("rounds",)  # fields that may differ when a run is resumed (extended)
 FAULT_VARIABLE = "FEDINIT_FAULT"  # testing hook: "POINT:ROUND" SIGKILLs the run there
 
 
-def _fault_point(point: str, rounds_done: int) -> None:
-    """Fault injection for the reliability tests: with FEDINIT_FAULT=POINT:ROUND set, the
-    process kills itself (SIGKILL, no cleanup) when it reaches that point of that round."""
+def _env_fault(point: str, rounds_done: int) -> None:
+    """Fault injection for the subprocess reliability tests: with FEDINIT_FAULT=POINT:ROUND
+    set, the process kills itself (SIGKILL, no cleanup) at that point of that round."""
     if os.environ.get(FAULT_VARIABLE) == f"{point}:{rounds_done}":
         os.kill(os.getpid(), signal.SIGKILL)
 
@@ -74,7 +77,33 @@ class _StopRequest:
 
 
 def prepare_workdir(workdir: str, config: dict) -> None:
-    """Create the workdir, prove it is writable, and refuse a workdir of another config."""
+    """Refuse a workdir of another config, or one whose rounds exceed config.rounds; then
+    write config.json. The caller holds the workdir's lock."""
+    path = os.path.join(workdir, "config.json")
+    if os.path.exists(path):
+        saved = {**experiment.ADDED_FIELDS, **workdir_lib.read_json(path)}
+        diff = sorted(k for k in set(saved) | set(config)
+                      if k not in RESUMABLE_CHANGES and saved.get(k) != config.get(k))
+        if diff:
+            details = ", ".join(f"{k}: {saved.get(k)!r} -> {config.get(k)!r}" for k in diff)
+            raise WorkdirError(f"workdir={workdir!r} holds a run of a different config "
+                               f"({details}); use a new workdir or the same config to resume")
+        done = max([0] + [r["round"] for r in read_metrics(workdir)[-1:]]
+                   + _checkpoint_rounds(workdir))
+        if config["rounds"] < done:
+            raise WorkdirError(f"config.rounds={config['rounds']} is below the {done} rounds "
+                               f"already done in {workdir!r}; a run is extended, never cut: "
+                               f"use --config.rounds>={done} or a new workdir")
+    workdir_lib.write_json(path, config)
+
+
+def _checkpoint_rounds(workdir):
+    folder = os.path.join(workdir, "checkpoints")
+    return [int(d) for d in os.listdir(folder) if d.isdigit()] if os.path.isdir(folder) else []
+
+
+def _make_workdir(workdir: str) -> None:
+    """Create the workdir and prove it is writable (ValueError naming it when not)."""
     try:
         os.makedirs(workdir, exist_ok=True)
         probe = os.path.join(workdir, f".write_test_{os.getpid()}")
@@ -82,52 +111,7 @@ def prepare_workdir(workdir: str, config: dict) -> None:
             f.write("ok")
         os.remove(probe)
     except OSError as err:
-        raise ValueError(f"workdir={workdir!r} is not writable: {err.strerror}") from None
-    path = os.path.join(workdir, "config.json")
-    if os.path.exists(path):
-        with open(path) as f:
-            saved = json.load(f)
-        saved = {**experiment.ADDED_FIELDS, **saved}
-        diff = sorted(k for k in set(saved) | set(config)
-                      if k not in RESUMABLE_CHANGES and saved.get(k) != config.get(k))
-        if diff:
-            details = ", ".join(f"{k}: {saved.get(k)!r} -> {config.get(k)!r}" for k in diff)
-            raise ValueError(f"workdir={workdir!r} holds a run of a different config "
-                             f"({details}); use a new workdir or the same config to resume")
-    _write_json(path, config)
-
-
-def _write_json(path, obj):
-    """Write JSON atomically (temporary file, then rename)."""
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-    os.replace(tmp, path)
-
-
-def read_metrics(workdir: str, upto_round=None) -> list[dict]:
-    """Complete rows of metrics.jsonl (optionally only rounds <= upto_round)."""
-    path = os.path.join(workdir, "metrics.jsonl")
-    rows = []
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    break  # a line cut by a kill: it and anything after are recomputed
-                if upto_round is None or row["round"] <= upto_round:
-                    rows.append(row)
-    return rows
-
-
-def _rewrite_metrics(workdir, rows):
-    path = os.path.join(workdir, "metrics.jsonl")
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
-    os.replace(tmp, path)
+        raise WorkdirError(f"workdir={workdir!r} is not writable: {err.strerror}") from None
 
 
 @jax.jit
@@ -143,17 +127,33 @@ def _progress(total, initial, enabled):
     return tqdm(total=total, initial=initial, unit="round", dynamic_ncols=True)
 
 
-def run(config: dict, workdir: str, *, log=print, progress=None) -> list[dict]:
+def run(config: dict, workdir: str, *, log=print, progress=None, fault=None) -> list[dict]:
     """Train (or resume) the configured experiment; returns all metrics rows.
 
     In a multi-process run (distributed.py) every process calls this with the same config and
-    workdir; process 0 writes the files and logs, all take part in the checkpoints.
+    workdir; process 0 holds the workdir's lock, writes the files and logs, all take part in
+    the checkpoints. fault(point, round), if given, is called at the points the reliability
+    tests kill or break a run ("round_start", "eval", "metrics_written", "checkpoint_saved");
+    by default FEDINIT_FAULT=POINT:ROUND SIGKILLs the process there.
     """
+    fault = fault or _env_fault
     exp = experiment.build(config)  # validates first; loads data; nothing written yet
     primary = distributed.is_primary()
+    lock = None
+    if primary:
+        _make_workdir(workdir)
+        lock = workdir_lib.Lock(workdir, log)  # before anything is read for resuming
+    try:
+        return _run_locked(exp, config, workdir, primary, log, progress, fault)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _run_locked(exp, config, workdir, primary, log, progress, fault):
     if primary:
         prepare_workdir(workdir, config)
-        _write_json(os.path.join(workdir, "run_info.json"), {
+        workdir_lib.write_json(os.path.join(workdir, "run_info.json"), {
             "num_params": sum(int(x.size) for x in jax.tree.leaves(exp.init_params)),
             "num_classes": exp.num_classes,
             "clients_per_round": experiment.expected_clients(config),
@@ -172,38 +172,40 @@ def run(config: dict, workdir: str, *, log=print, progress=None) -> list[dict]:
         state = restored
         log(f"resumed from the checkpoint after round {start}")
     rows = read_metrics(workdir, upto_round=start)
+    if len(rows) < start:  # rows 1..start must all be there: never a silent hole
+        checkpointer.close()
+        raise WorkdirError(
+            f"{os.path.join(workdir, workdir_lib.METRICS)} holds rounds 1..{len(rows)} but "
+            f"the checkpoint is after round {start}: rounds {len(rows) + 1}..{start} are "
+            "missing; restore the file, or move checkpoints/ away to recompute every round")
     decay = experiment.local_lr_decay(config)
     rounds = config["rounds"]
     root_key = jax.random.fold_in(jax.random.key(config["seed"]), 1)
-    writer = bar = metrics_file = None
-    if primary:
-        from tensorboardX import SummaryWriter
-
-        _rewrite_metrics(workdir, rows)
-        writer = SummaryWriter(os.path.join(workdir, "tb"))
-        bar = _progress(rounds, start, sys.stderr.isatty() if progress is None else progress)
-        metrics_file = open(os.path.join(workdir, "metrics.jsonl"), "a")
-    last_accuracy = rows[-1].get("test_accuracy") if rows else None
+    scalars = bar = metrics_log = None
+    failed_save = False
     try:
+        if primary:
+            workdir_lib.rewrite_metrics(workdir, rows)
+            metrics_log = workdir_lib.MetricsLog(workdir)
+            scalars = workdir_lib.ScalarLog(os.path.join(workdir, "tb"), start)
+            bar = _progress(rounds, start, sys.stderr.isatty() if progress is None else progress)
+        last_accuracy = rows[-1].get("test_accuracy") if rows else None
         with _StopRequest() as stop:
             for t in range(start, rounds):
-                _fault_point("round_start", t + 1)
+                fault("round_start", t + 1)
                 state, row = _train_round(exp, config, state, t, root_key, decay,
-                                          checkpointer.latest_round() or 0, log)
+                                          checkpointer.latest_round(), log)
                 if (t + 1) % config["eval_every"] == 0 or t + 1 == rounds:
                     t1 = time.perf_counter()
                     row.update({k: float(v) for k, v in exp.evaluate(state.params).items()})
-                    _fault_point("eval", t + 1)
+                    fault("eval", t + 1)
                     row["eval_seconds"] = time.perf_counter() - t1
                     last_accuracy = row["test_accuracy"]
                 rows.append(row)
                 if primary:
-                    metrics_file.write(json.dumps(row) + "\n")
-                    metrics_file.flush()
-                    _fault_point("metrics_written", t + 1)
-                    for k, v in row.items():
-                        if k != "round":
-                            writer.add_scalar(k, v, t + 1)
+                    metrics_log.write(row)
+                    fault("metrics_written", t + 1)
+                    scalars.write(t + 1, {k: v for k, v in row.items() if k != "round"})
                     if bar is not None:
                         bar.set_postfix(loss=f"{row['train_loss']:.4f}", acc="-" if last_accuracy
                                         is None else f"{last_accuracy:.4f}")
@@ -213,16 +215,31 @@ def run(config: dict, workdir: str, *, log=print, progress=None) -> list[dict]:
                 stopping = distributed.any_process(stop.signum is not None)
                 every = config["checkpoint_every"]
                 if (every and (t + 1) % every == 0) or t + 1 == rounds or stopping:
-                    checkpointer.save(t + 1, state)
-                    _fault_point("checkpoint_saved", t + 1)
+                    _save(checkpointer, t + 1, state)
+                    fault("checkpoint_saved", t + 1)
                 if stopping:  # a signal on any process stops all of them at this boundary
                     raise Stopped(stop.signum or signal.SIGTERM, t + 1)
+    except WriteError as err:
+        failed_save = "checkpoints" in str(err)
+        last = checkpointer.latest_round()
+        raise WriteError(f"{err}; last good checkpoint: "
+                         f"{'round ' + str(last) if last else 'none'}; the complete rows of "
+                         "metrics.jsonl are kept; rerun the same command to resume") from None
     finally:
-        for resource in (metrics_file, writer, bar):
+        for resource in (metrics_log, scalars, bar):
             if resource is not None:
                 resource.close()
-        checkpointer.close()
+        if not failed_save:  # after a failed save orbax's writer threads may still be
+            checkpointer.close()  # failing: closing now makes them print tracebacks
     return rows
+
+
+def _save(checkpointer, rounds_done, state):
+    """A checkpoint, or WriteError naming its folder (orbax raises many kinds)."""
+    try:
+        checkpointer.save(rounds_done, state)
+    except Exception as err:  # noqa: BLE001 - disk full, quota, I/O errors, as orbax wraps them
+        raise WriteError(workdir_lib.describe_write_error(checkpointer.directory, err)) from None
 
 
 def _silent(_line):
@@ -258,8 +275,10 @@ def _train_round(exp, config, state, t, root_key, decay, last_checkpoint, log=pr
         raise DivergenceError(
             f"round {t + 1}: non-finite {'parameters' if loss_ok else 'train loss'} "
             f"(train_loss={metrics['train_loss']}); likely beta={float(state.beta):g} or "
-            f"local_lr={float(lr):.4g} is too large. The last good checkpoint (round "
-            f"{last_checkpoint}) and metrics.jsonl are kept.")
+            f"local_lr={float(lr):.4g} is too large. "
+            + (f"The last good checkpoint (round {last_checkpoint}) and metrics.jsonl are "
+               "kept." if last_checkpoint else "No checkpoint was taken yet; metrics.jsonl "
+               "is kept."))
     row = {"round": t + 1, **metrics, "local_lr": float(lr),
            "train_seconds": time.perf_counter() - t0}
     if mask is not None:

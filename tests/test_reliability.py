@@ -183,3 +183,153 @@ def test_damaged_tfds_split_file(tmp_path, fault):
         data.load("cifar10", "test", data_dir=str(tmp_path / "tfds"),
                   cache_dir=str(tmp_path / "cache"))
     assert not os.path.exists(tmp_path / "cache") or not os.listdir(tmp_path / "cache")
+
+
+# ------------------------------------------------------------------ Reliability II: the workdir
+
+QUIET = {"log": lambda line: None, "progress": False}
+SMALL = {**BASE, "rounds": 4, "num_clients": 8, "participation": 0.5, "local_epochs": 1,
+         "eval_every": 2, "checkpoint_every": 1}
+
+
+def test_a_live_workdir_is_refused(tmp_path):
+    from fedinit_jax import workdir
+
+    holder = workdir.Lock(str(tmp_path))  # another writer holds it
+    try:
+        with pytest.raises(ValueError, match=f"is in use by process {os.getpid()} on "):
+            simulation.run(SMALL, str(tmp_path), **QUIET)
+        assert sorted(os.listdir(tmp_path)) == [".lock"]  # nothing touched
+    finally:
+        holder.release()
+    assert len(simulation.run(SMALL, str(tmp_path), **QUIET)) == 4  # free again
+
+
+def test_two_processes_on_one_workdir(tmp_path):
+    """A second process is refused while the first runs; a SIGKILLed holder leaves no lock."""
+    first = train(tmp_path, *SLOW, "--config.rounds=200", wait=False)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (tmp_path / "metrics.jsonl").exists():
+        time.sleep(0.05)
+    second = train(tmp_path, *SLOW, "--config.rounds=150")
+    assert second.returncode == 2
+    assert second.stderr.strip().endswith("use another workdir")
+    assert f"in use by process {first.pid}" in second.stderr and len(second.stderr.splitlines()) == 1
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    done = len(rows(tmp_path))  # the killed holder's lock went with it: the run resumes
+    resumed = train(tmp_path, *SLOW, f"--config.rounds={done + 1}")
+    assert resumed.returncode == 0, resumed.stderr
+    assert [r["round"] for r in rows(tmp_path)] == list(range(1, done + 2))
+
+
+def test_rounds_below_the_done_ones_are_refused(tmp_path):
+    simulation.run(SMALL, str(tmp_path), **QUIET)
+    before = (tmp_path / "config.json").read_text()
+    with pytest.raises(ValueError, match="config.rounds=2 is below the 4 rounds already done"):
+        simulation.run({**SMALL, "rounds": 2}, str(tmp_path), **QUIET)
+    assert (tmp_path / "config.json").read_text() == before
+    assert len(simulation.run({**SMALL, "rounds": 5}, str(tmp_path), **QUIET)) == 5  # extend
+
+
+@pytest.mark.parametrize("damage", ["middle line", "hole", "deleted"])
+def test_damaged_metrics_are_refused_never_truncated(tmp_path, damage):
+    simulation.run(SMALL, str(tmp_path), **QUIET)
+    path = tmp_path / "metrics.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    if damage == "middle line":
+        lines[1] = '{"round": 2, "train_lo\n'
+        match = "line 2 is damaged"
+    elif damage == "hole":
+        lines = lines[:2]  # a file cut to 2 rows while the checkpoint is after round 4
+        match = "rounds 3..4 are missing"
+    else:
+        lines = []
+        match = "rounds 1..4 are missing"
+    path.write_text("".join(lines))
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match=match):
+        simulation.run({**SMALL, "rounds": 6}, str(tmp_path), **QUIET)
+    assert path.read_bytes() == before  # left as it was
+
+
+def _enospc(*_args, **_kwargs):
+    raise OSError(28, os.strerror(28))
+
+
+class _FullDisk:
+    """Wraps a file: its `fail_at`-th write raises ENOSPC."""
+
+    def __init__(self, file, fail_at):
+        self._file, self._left = file, fail_at
+
+    def write(self, text):
+        self._left -= 1
+        if not self._left:
+            _enospc()
+        return self._file.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self._file, name)
+
+
+@pytest.mark.parametrize("target", ["metrics", "tensorboard", "checkpoint"])
+def test_a_failed_write_ends_the_run_with_one_line(tmp_path, monkeypatch, target):
+    """The third write of metrics / TensorBoard / a checkpoint fails with ENOSPC."""
+    from tensorboardX.event_file_writer import EventsWriter
+
+    from fedinit_jax import checkpoint, workdir
+
+    if target == "metrics":
+        init = workdir.MetricsLog.__init__
+
+        def full_disk_init(self, *args):
+            init(self, *args)
+            self._file = _FullDisk(self._file, 3)
+
+        monkeypatch.setattr(workdir.MetricsLog, "__init__", full_disk_init)
+    else:
+        owner, name = ((EventsWriter, "flush") if target == "tensorboard"
+                       else (checkpoint.Checkpointer, "save"))
+        original, calls = getattr(owner, name), []
+
+        def failing(self, *args):
+            calls.append(1)
+            if len(calls) == 3:
+                _enospc()
+            return original(self, *args)
+
+        monkeypatch.setattr(owner, name, failing)
+    with pytest.raises(simulation.WriteError) as err:
+        simulation.run(SMALL, str(tmp_path), **QUIET)
+    message = str(err.value)
+    assert "no space left on device writing" in message and "\n" not in message
+    assert "last good checkpoint: round 2" in message
+    kept = [r["round"] for r in simulation.read_metrics(str(tmp_path))]
+    assert kept == ([1, 2] if target == "metrics" else [1, 2, 3])
+    monkeypatch.undo()
+    resumed = simulation.run(SMALL, str(tmp_path), **QUIET)  # space again: resumes
+    assert [r["round"] for r in resumed] == [1, 2, 3, 4]
+
+
+def test_disk_full_subprocess_exits_4_promptly(tmp_path):
+    """A real write failure: files may not grow past 300 KB (ulimit -f, SIGXFSZ ignored, so a
+    write past it fails with EFBIG), and the first checkpoint (~0.4 MB of client models)
+    cannot be written."""
+    import subprocess
+    import sys
+
+    from test_train import ROOT
+
+    command = [sys.executable, "-m", "experiments.train", "--config",
+               "experiments/configs/default.py", "--workdir", str(tmp_path), *TINY[1:],
+               "--config.rounds=4", "--config.checkpoint_every=2"]
+    started = time.time()
+    result = subprocess.run(["bash", "-c", 'trap "" XFSZ; ulimit -f 293; exec "$@"', "-",
+                             *command], cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 4, result.stderr
+    line = result.stderr.strip().splitlines()
+    assert len(line) == 1 and "file too large writing" in line[0], result.stderr
+    assert "checkpoints" in line[0] and "last good checkpoint: none" in line[0]
+    assert [r["round"] for r in rows(tmp_path)] == [1, 2]
+    assert time.time() - started < 120

@@ -1,0 +1,207 @@
+"""What a run keeps on disk, and the rules that keep it whole.
+
+    <workdir>/.lock           held (flock) by the process that writes the workdir
+    <workdir>/config.json     the resolved config (atomic write)
+    <workdir>/run_info.json   sizes, devices, costs (atomic write)
+    <workdir>/metrics.jsonl   one JSON row per round, rounds 1, 2, ... in order
+    <workdir>/tb/             TensorBoard scalars, written synchronously
+    <workdir>/checkpoints/    orbax (checkpoint.py)
+
+Lock: `fcntl.flock` on <workdir>/.lock, taken before anything is written and held until the
+process ends. The kernel drops it when the holder dies, SIGKILL included, so a killed run's
+workdir resumes without cleanup. flock was chosen over a PID file (stale after a kill,
+ambiguous across hosts) and over POSIX fcntl locks (released when any descriptor of the file
+is closed, and not exclusive within one process). On Linux NFS clients flock is carried
+out as a byte-range lock on the server, so it excludes processes on other hosts too; in a
+multi-process run process 0 holds it. A filesystem that supports no locks at all (some FUSE
+mounts) answers ENOLCK/ENOTSUP: then the run goes on with a warning, unprotected.
+
+Metrics: only a last line without its newline (a write cut by a kill) is dropped. Any other
+damage (a line that is not a JSON row, rounds missing or out of order) stops the resume with
+one line naming the file and the line, and the file is left as it is: no row is ever dropped
+silently.
+"""
+import errno
+import fcntl
+import json
+import os
+import re
+import socket
+import time
+
+METRICS = "metrics.jsonl"
+
+
+class WorkdirError(ValueError):
+    """The workdir cannot be used as it is (busy, damaged, of another run): exit code 2."""
+
+
+class WriteError(RuntimeError):
+    """Writing into the workdir failed (disk full, quota, I/O error): exit code 4."""
+
+
+def describe_write_error(path: str, err: BaseException) -> str:
+    """"no space left on device writing PATH": the OS's reason, also when a library (orbax,
+    tensorstore) wrapped the OSError in its own exception."""
+    code = err.errno if isinstance(err, OSError) else None
+    if code is None:
+        found = re.search(r"os_error_code='?(\d+)", str(err))
+        code = int(found.group(1)) if found else None
+    if code:
+        reason = os.strerror(code)
+    else:
+        text = str(err).splitlines()[0][:200] if str(err) else ""
+        reason = f"{type(err).__name__}: {text}"
+    return f"{reason[0].lower()}{reason[1:]} writing {path}"
+
+
+class Lock:
+    """Exclusive use of a workdir by this process (see the module docstring)."""
+
+    def __init__(self, workdir: str, log=print):
+        self.path = os.path.join(workdir, ".lock")
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                holder = os.pread(self._fd, 200, 0).decode(errors="replace").strip()
+                os.close(self._fd)
+                raise WorkdirError(f"workdir {workdir!r} is in use by "
+                                   f"{holder or 'another process'}; wait for it to end or "
+                                   "use another workdir") from None
+            if err.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                log(f"warning: {workdir!r} supports no file locks; nothing stops a second "
+                    "process from writing it")
+                return
+            os.close(self._fd)
+            raise
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, f"process {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+
+    def release(self):
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None
+
+
+def write_json(path: str, obj) -> None:
+    """Write JSON atomically (temporary file, then rename); WriteError when it fails."""
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "w") as f:
+            json.dump(obj, f, indent=2, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError as err:
+        raise WriteError(describe_write_error(path, err)) from None
+
+
+def read_json(path: str) -> dict:
+    """A JSON object from path; WorkdirError naming the file when it is damaged."""
+    try:
+        with open(path) as f:
+            obj = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise WorkdirError(f"{path} cannot be read ({err}); restore it or use a new "
+                           "workdir") from None
+    if not isinstance(obj, dict):
+        raise WorkdirError(f"{path} holds no JSON object; restore it or use a new workdir")
+    return obj
+
+
+def read_metrics(workdir: str, upto_round=None) -> list[dict]:
+    """The rows of metrics.jsonl, rounds 1..n in order (optionally only those <= upto_round).
+
+    A last line cut by a kill is dropped; any other damage raises WorkdirError naming the
+    file and line (module docstring).
+    """
+    path = os.path.join(workdir, METRICS)
+    if not os.path.exists(path):
+        return []
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    rows = []
+    for number, line in enumerate(lines[:-1], start=1):  # lines[-1]: after the last newline
+        try:
+            row = json.loads(line)
+            ok = isinstance(row, dict) and row.get("round") == len(rows) + 1
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            ok = False
+        if not ok:
+            raise WorkdirError(
+                f"{path} line {number} is damaged or out of order (expected round "
+                f"{len(rows) + 1}); rows after it would be lost: restore the file, or move it "
+                "away together with checkpoints/ to recompute every round")
+        if upto_round is None or row["round"] <= upto_round:
+            rows.append(row)
+    return rows
+
+
+def rewrite_metrics(workdir: str, rows) -> None:
+    """metrics.jsonl holding exactly `rows` (atomic)."""
+    path = os.path.join(workdir, METRICS)
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "w") as f:
+            f.writelines(json.dumps(row) + "\n" for row in rows)
+        os.replace(tmp, path)
+    except OSError as err:
+        raise WriteError(describe_write_error(path, err)) from None
+
+
+class MetricsLog:
+    """Appends one row per round to metrics.jsonl, flushed each round."""
+
+    def __init__(self, workdir: str):
+        self.path = os.path.join(workdir, METRICS)
+        self._file = open(self.path, "a")
+
+    def write(self, row: dict) -> None:
+        try:
+            self._file.write(json.dumps(row) + "\n")
+            self._file.flush()
+        except OSError as err:
+            raise WriteError(describe_write_error(self.path, err)) from None
+
+    def close(self):
+        try:
+            self._file.close()
+        except OSError:
+            pass  # the error was reported by write()
+
+
+class ScalarLog:
+    """TensorBoard scalars written in the calling thread (no writer thread that can die and
+    block the loop). `start` purges the steps after it from earlier event files, so rounds
+    redone after a resume are shown once."""
+
+    def __init__(self, logdir: str, start: int = 0):
+        from tensorboardX.event_file_writer import EventsWriter
+        from tensorboardX.proto.event_pb2 import Event, SessionLog
+        from tensorboardX.summary import scalar
+
+        self.path = logdir
+        self._event, self._scalar = Event, scalar
+        try:
+            os.makedirs(logdir, exist_ok=True)
+            self._writer = EventsWriter(os.path.join(logdir, "events"))
+            if start:
+                self._writer.write_event(Event(step=start + 1, wall_time=time.time(),
+                                               session_log=SessionLog(status=SessionLog.START)))
+        except OSError as err:
+            raise WriteError(describe_write_error(logdir, err)) from None
+
+    def write(self, step: int, row: dict) -> None:
+        try:
+            for name, value in row.items():
+                self._writer.write_event(self._event(
+                    step=step, wall_time=time.time(), summary=self._scalar(name, value)))
+            self._writer.flush()
+        except OSError as err:
+            raise WriteError(describe_write_error(self.path, err)) from None
+
+    def close(self):
+        try:
+            self._writer.close()
+        except OSError:
+            pass
