@@ -1,5 +1,6 @@
 """Command-line plumbing shared by the binaries: flag errors are one line and exit code 2."""
 import os
+import re
 import sys
 
 from absl import flags
@@ -15,14 +16,60 @@ def use_all_cpu_cores():
         os.environ["XLA_FLAGS"] = f"{flags_now} {DEVICE_COUNT_FLAG}={os.cpu_count() or 1}".strip()
 
 
-def parse_flags(argv):
-    """absl flag parsing whose errors print one line on stderr and exit with code 2."""
+def one_line(err: BaseException) -> str:
+    """An exception's message and its causes folded into one line."""
+    parts = []
+    while err is not None:
+        text = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+        if isinstance(err, SyntaxError) and err.filename:
+            text = f"{err.filename} line {err.lineno}: {err.msg}"
+        if text and not any(text in part for part in parts):
+            parts.append(text)
+        err = err.__cause__ or (None if err.__suppress_context__ else err.__context__)
+    return ": ".join(parts) or "invalid flags"
+
+
+def _fail(message: str):
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _describe(err: BaseException) -> str:
+    if isinstance(err, (AttributeError, KeyError)):
+        key = str(err).strip(chr(34) + chr(39) + " ").split("'")[0]
+        return f"unknown config key {key!r}: see experiments/configs/default.py"
+    text = one_line(err)
+    if "Traceback (most recent call last)" in text:  # a config file's own error, embedded
+        raised = re.findall(r"(?:^|\s)(\w+(?:Error|Exception)): (.*?)(?=\s\w+(?:Error|"
+                            r"Exception): |$)", text)
+        if raised:
+            text = raised[-1][1]
+    return text
+
+
+def define_config(default: str, help_text: str):
+    """--config (an ml_collections config file): ml_collections reads --config.FIELD
+    overrides from sys.argv when the flag is defined, so their errors are caught here too."""
+    from ml_collections import config_flags
+
     try:
-        return flags.FLAGS(argv)
-    except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as err:
-        message = str(err).splitlines()[0]
-        if isinstance(err, (AttributeError, KeyError)):
-            message = (f"unknown config key {message.strip(chr(34) + chr(39))}: see "
-                       "experiments/configs/default.py")
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
+        config_flags.DEFINE_config_file("config", default, help_text, lock_config=True)
+    except Exception as err:  # noqa: BLE001 - a config file may raise anything while loaded
+        _fail(f"config: {_describe(err)}")
+
+
+def parse_flags(argv):
+    """absl flag parsing whose errors print one line on stderr and exit with code 2.
+
+    The config file is loaded and its --config.FIELD overrides applied here (ml_collections
+    does it lazily, on first use), so a missing or broken config file, an unknown field or a
+    bad value is reported before any work starts."""
+    try:
+        remaining = flags.FLAGS(argv)
+        if "config" in flags.FLAGS:
+            flags.FLAGS.config.to_dict()  # loads the file, applies the overrides
+        return remaining
+    except flags.Error as err:
+        _fail(_describe(err))
+    except Exception as err:  # noqa: BLE001 - a config file may raise anything while loaded
+        _fail(f"config: {_describe(err)}")

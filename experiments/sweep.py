@@ -13,15 +13,13 @@ import json
 import os
 import sys
 
-from experiments.cli import parse_flags, use_all_cpu_cores
+from experiments.cli import define_config, parse_flags, use_all_cpu_cores
 
 use_all_cpu_cores()  # before JAX is imported: one XLA CPU device per core
 
 from absl import app, flags, logging  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
 
-config_flags.DEFINE_config_file("config", "experiments/configs/default.py",
-                                "Base experiment config (ml_collections).", lock_config=True)
+define_config("experiments/configs/default.py", "Base experiment config (ml_collections).")
 flags.DEFINE_string("results", None, "Results folder: one workdir per cell.")
 flags.DEFINE_list("algorithms", ["fedavg", "fedinit"], "Registered algorithm names.")
 flags.DEFINE_list("dirichlet_alphas", [], "Dirichlet alphas (empty: the config's).")

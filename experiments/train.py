@@ -13,12 +13,10 @@ from experiments.cli import use_all_cpu_cores
 use_all_cpu_cores()  # before JAX is imported: one XLA CPU device per core
 
 from absl import app, flags, logging  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
 
-from experiments.cli import parse_flags  # noqa: E402
+from experiments.cli import define_config, one_line, parse_flags  # noqa: E402
 
-config_flags.DEFINE_config_file("config", "experiments/configs/default.py",
-                                "Experiment config file (ml_collections).", lock_config=True)
+define_config("experiments/configs/default.py", "Experiment config file (ml_collections).")
 flags.DEFINE_string("workdir", None, "Output directory: metrics, checkpoints, config.")
 flags.DEFINE_bool("distributed", False, "Multi-process run: jax.distributed.initialize() from "
                   "the environment (TPU pod slice, SLURM, Open MPI); see fedinit_jax/distributed.py.")
@@ -56,8 +54,8 @@ def main(argv):
 
             distributed.initialize(*by_hand)
         rows = simulation.run(config, FLAGS.workdir)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
+    except (ValueError, OSError) as err:  # bad config or workdir, missing or damaged data
+        print(f"error: {one_line(err)}", file=sys.stderr)
         sys.exit(2)
     except simulation.DivergenceError as err:
         print(f"error: diverged: {err}", file=sys.stderr)

@@ -46,6 +46,10 @@ def _fail(field, value, allowed):
     raise ValueError(f"config.{field}={value!r}: {allowed}")
 
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+SEED_MAX = 2**32 - 1  # numpy and jax.random.key take any seed up to this
+
+
 def _number(config, field, low=None, high=None, low_open=False, integer=False, optional=False):
     value = config[field]
     if value is None and optional:
@@ -53,6 +57,9 @@ def _number(config, field, low=None, high=None, low_open=False, integer=False, o
     kind = int if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value):
         _fail(field, value, f"must be a finite {'int' if integer else 'number'}")
+    if not integer and abs(value) > FLOAT32_MAX:
+        _fail(field, value, f"is inf in float32 (the rounds compute in float32: |x| <= "
+              f"{FLOAT32_MAX:.4g})")
     if low is not None and (value <= low if low_open else value < low):
         _fail(field, value, f"must be {'>' if low_open else '>='} {low}")
     if high is not None and value > high:
@@ -89,8 +96,7 @@ def validate(config) -> None:
               f"allowed: {', '.join(CLIENT_STATE_DTYPES)}")
     if config["execution"] not in execution.STRATEGIES + ("auto",):
         _fail("execution", config["execution"], f"allowed: auto, {', '.join(execution.STRATEGIES)}")
-    for field in ("seed",):
-        _number(config, field, 0, integer=True)
+    _number(config, "seed", 0, SEED_MAX, integer=True)
     for field in ("rounds", "num_clients", "local_epochs", "batch_size", "eval_every",
                   "keep_checkpoints"):
         _number(config, field, 1, integer=True)

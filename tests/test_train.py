@@ -90,6 +90,38 @@ def test_bad_input_one_line_exit_2_nothing_written(tmp_path, flag, field):
     assert not workdir.exists()
 
 
+@pytest.mark.parametrize("args, says", [
+    (["--config.nosuch=1"], "unknown config key 'nosuch'"),  # no --config: the default file
+    (["--config=/nonexistent.py"], "/nonexistent.py"),
+    (["--config={bad}"], "line 1: invalid syntax"),
+    (["--config=experiments/configs/paper.py:nosuch"], "paper preset 'nosuch'"),
+    (["--config=experiments/configs/default.py", "--config.dataset=cifar10",
+      "--config.data_dir=/nonexistent"], "/nonexistent"),
+    (["--config=experiments/configs/default.py", "--config.seed=99999999999999999999999"],
+     "config.seed="),
+    (["--config=experiments/configs/default.py", "--config.local_lr=1e308"],
+     "config.local_lr=1e+308: is inf in float32"),
+])
+def test_bad_invocations_are_one_line(tmp_path, args, says):
+    bad = tmp_path / "bad_syntax.py"
+    bad.write_text("def get_config(:\n")
+    cmd = [sys.executable, "-m", "experiments.train", f"--workdir={tmp_path / 'run'}",
+           *[a.format(bad=bad) for a in args]]
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert lines[0].startswith("error:") and says in lines[0], lines[0]
+    assert not (tmp_path / "run").exists()
+
+
+def test_damaged_config_json_is_named(tmp_path):
+    tmp_path.joinpath("config.json").write_text('{"rounds": ')
+    result = train(tmp_path, *TINY)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert f"{tmp_path}/config.json cannot be read" in result.stderr
+
+
 def test_bf16_client_state_end_to_end(tmp_path):
     result = train(tmp_path, *TINY, "--config.client_state_dtype=bfloat16")
     assert result.returncode == 0, result.stderr
