@@ -47,6 +47,7 @@ from fedinit_jax.correction import NONE, Correction, LocalContext
 from fedinit_jax.types import FederatedAlgorithm, FedState, RoundInput
 
 DELTA_FROM = ("global", "start")
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 CLIENT_STATE_DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -58,8 +59,10 @@ def _floats_to(dtype, tree):
 
 def _check_builder_args(beta, delta_from, clip_norm, weight_decay, execution, chunk_size,
                         client_state_dtype):
-    if not isinstance(beta, (int, float)) or not math.isfinite(beta):
-        raise ValueError(f"beta={beta!r} must be a finite number (the paper sweeps -0.2..0.15)")
+    if (isinstance(beta, bool) or not isinstance(beta, (int, float, np.integer, np.floating))
+            or not math.isfinite(beta) or abs(beta) > FLOAT32_MAX):
+        raise ValueError(f"beta={beta!r} must be a finite float32 number (the paper sweeps "
+                         "-0.2..0.15)")
     if delta_from not in DELTA_FROM:
         raise ValueError(f"delta_from={delta_from!r} is not allowed; use 'global' (paper, "
                          "delta_i = w_iK - w) or 'start' (authors' code, delta_i = w_iK - w_i0)")
@@ -109,9 +112,19 @@ def check_round_input(round_input: RoundInput, num_clients: int, num_devices: in
                          f"{[s[:3] for s in shapes]}")
     if shapes[0][0] != n:
         raise ValueError(f"batches: leading axis {shapes[0][0]} != number of client_ids {n}")
+    if 0 in shapes[0][1:3]:
+        raise ValueError(f"batches: [N, K, B] = {list(shapes[0][:3])}: every client needs K >= 1 "
+                         "local steps of B >= 1 examples")
+    real_rows = slice(None) if round_input.mask is None else np.asarray(round_input.mask)
+    for leaf in leaves:  # host arrays only: a device array would be copied back to check
+        if (isinstance(leaf, np.ndarray) and np.issubdtype(leaf.dtype, np.floating)
+                and not np.isfinite(leaf[real_rows]).all()):
+            raise ValueError("batches of sampled clients hold NaN or inf values")
     lr = np.asarray(round_input.local_lr)
-    if lr.shape != () or not np.isfinite(lr):
-        raise ValueError(f"local_lr must be a finite scalar, got {round_input.local_lr!r}")
+    if (lr.shape != () or not np.issubdtype(lr.dtype, np.number) or not np.isfinite(lr)
+            or not 0 < lr <= FLOAT32_MAX):
+        raise ValueError(f"local_lr must be a scalar in (0, {FLOAT32_MAX:.4g}] (float32), got "
+                         f"{round_input.local_lr!r}")
 
 
 def as_arrays(round_input: RoundInput) -> RoundInput:
@@ -155,6 +168,10 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, gradient=local.pl
         if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
             raise ValueError(f"num_clients={num_clients!r} must be a positive int")
         params = jax.tree.map(jnp.asarray, params)
+        if not jax.tree.leaves(params) or not all(
+                jnp.issubdtype(x.dtype, jnp.floating) for x in jax.tree.leaves(params)):
+            raise ValueError("params: every leaf must be a float array (got dtypes "
+                             f"{sorted({str(x.dtype) for x in jax.tree.leaves(params)})})")
         return FedState(
             params=params,
             client_params=store(tree.stack(params, num_clients)),
@@ -236,8 +253,31 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, gradient=local.pl
         replicated = NamedSharding(mesh, PartitionSpec())
         jitted_round = jax.jit(round_fn, out_shardings=replicated)
 
+    expected_states = {}
+
+    def check_state(state, num_clients):
+        """ValueError unless `state` has the structure, shapes and dtypes this algorithm's
+        init makes (e.g. a SCAFFOLD state handed to FedCM)."""
+        signature = (jax.tree.structure(state.params),
+                     tuple((x.shape, x.dtype) for x in jax.tree.leaves(state.params)),
+                     num_clients)
+        if signature not in expected_states:
+            expected_states[signature] = jax.eval_shape(lambda p: init(p, num_clients),
+                                                        state.params)
+        want = expected_states[signature]
+        spec = lambda t: (jax.tree.structure(t),  # noqa: E731
+                          [(tuple(x.shape), jnp.dtype(x.dtype)) for x in jax.tree.leaves(t)])
+        for field in FedState._fields:
+            if spec(getattr(state, field)) != spec(getattr(want, field)):
+                raise ValueError(f"state.{field} does not match this algorithm's state (was "
+                                 "the state made by another algorithm's init, or for other "
+                                 "params?)")
+
     def apply(state: FedState, round_input: RoundInput, key):
+        if not isinstance(state, FedState):
+            raise ValueError(f"state must be a FedState from algo.init, got {type(state)}")
         num_clients = jax.tree.leaves(state.client_params)[0].shape[0]
+        check_state(state, num_clients)
         check_round_input(round_input, num_clients, 1 if mesh is None else mesh.size)
         if mesh is not None:
             state = jax.device_put(state, replicated)  # a no-op after the first round

@@ -246,3 +246,36 @@ def test_bf16_client_state_is_float32_engine_with_rounded_storage(linreg_rounds,
     # and it really is lossy: bf16 keeps 8 significant bits, float32 24
     assert not np.array_equal(np.asarray(state.client_params["w"], np.float32),
                               np.asarray(ref.client_params["w"]))
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda inp: inp._replace(local_lr=-0.1), "local_lr"),
+    (lambda inp: inp._replace(local_lr=1e39), "local_lr"),
+    (lambda inp: inp._replace(batches=(np.full_like(inp.batches[0], np.nan), inp.batches[1])),
+     "NaN or inf"),
+    (lambda inp: inp._replace(batches=jax.tree.map(lambda x: x[:, :0], inp.batches)), "K >= 1"),
+    (lambda inp: inp._replace(batches=jax.tree.map(lambda x: x[:, :, :0], inp.batches)),
+     "B >= 1"),
+])
+def test_bad_round_inputs_are_named(linreg_rounds, theta0, change, says):
+    algo = algorithms.fedavg(linreg_loss)
+    state = algo.init(params_from(theta0), num_clients=NUM_CLIENTS)
+    ids, xs, ys, lr = linreg_rounds[0]
+    with pytest.raises(ValueError, match=says):
+        algo.apply(state, change(RoundInput(ids, (xs, ys), lr)), jax.random.key(0))
+
+
+def test_state_of_another_algorithm_and_integer_params(linreg_rounds, theta0):
+    ids, xs, ys, lr = linreg_rounds[0]
+    scaffold_state = algorithms.scaffold(linreg_loss).init(params_from(theta0), NUM_CLIENTS)
+    with pytest.raises(ValueError, match="state.client_extra does not match this algorithm"):
+        algorithms.fedcm(linreg_loss).apply(scaffold_state, RoundInput(ids, (xs, ys), lr),
+                                            jax.random.key(0))
+    with pytest.raises(ValueError, match="every leaf must be a float"):
+        algorithms.fedavg(linreg_loss).init({"w": np.zeros(3, np.int32)}, num_clients=2)
+
+
+def test_numpy_scalars_are_accepted():
+    algo = algorithms.fedinit(linreg_loss, beta=np.float32(0.1), weight_decay=np.float64(1e-3))
+    assert float(algo.init({"w": jnp.zeros(2)}, num_clients=2).beta) == pytest.approx(0.1)
+    algorithms.fedcm(linreg_loss, alpha=np.float32(0.5))
