@@ -5,15 +5,18 @@
 
 The grid is algorithms x Dirichlet alphas x betas x local epochs x delta_from x seeds on top of
 the config (which --config.FIELD overrides change for every cell). Each cell is a workdir
-<results>/<algorithm>-dir<alpha>-beta<beta>-E<epochs>-<delta_from>-s<seed>; a finished cell is
-skipped, an unfinished one resumes from its last checkpoint, a diverged one is reported and
-the sweep goes on. Empty --betas keeps each algorithm's default beta.
+<results>/<algorithm>-dir<alpha>-beta<beta>-E<epochs>-<delta_from>-s<seed>; a finished cell of
+the same config is skipped, an unfinished one resumes from its last checkpoint, a diverged one
+is reported and the sweep goes on; a cell whose workdir holds another config (or is in use,
+or damaged) is reported as an error, one line, and the sweep goes on. <results>/sweep_status.json
+says what each cell is, rewritten after every cell. Empty --betas keeps each algorithm's
+default beta.
 """
 import json
 import os
 import sys
 
-from experiments.cli import define_config, parse_flags, use_all_cpu_cores
+from experiments.cli import define_config, one_line, parse_flags, use_all_cpu_cores
 
 use_all_cpu_cores()  # before JAX is imported: one XLA CPU device per core
 
@@ -60,9 +63,11 @@ def cells(base: dict):
 
 
 def main(argv):
+    """Run every cell; exit 0 when each is done or diverged, 1 when a cell failed (each
+    failure is one line naming the cell), 128 + signal when stopped by SIGTERM / SIGINT."""
     del argv
-    logging.set_verbosity(logging.WARNING)
-    from fedinit_jax import experiment, simulation
+    logging.set_verbosity(logging.FATAL)  # orbax's logs; failures are reported per cell
+    from fedinit_jax import experiment, simulation, workdir as workdir_lib
 
     if not FLAGS.results:
         print("error: --results is required", file=sys.stderr)
@@ -75,23 +80,35 @@ def main(argv):
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     os.makedirs(FLAGS.results, exist_ok=True)
+    status_path = os.path.join(FLAGS.results, "sweep_status.json")
     status = {}
+
+    def record(name, state):
+        status[name] = state
+        workdir_lib.write_json(status_path, status)  # after every cell: a kill loses none
+
     for i, (name, config) in enumerate(grid):
         workdir = os.path.join(FLAGS.results, name)
-        done = simulation.read_metrics(workdir)
-        if done and done[-1]["round"] >= config["rounds"]:
-            status[name] = "done"
-            continue
-        print(f"[{i + 1}/{len(grid)}] {name}", flush=True)
         try:
+            if simulation.rounds_done(workdir, config) >= config["rounds"]:
+                record(name, "done")
+                continue
+            print(f"[{i + 1}/{len(grid)}] {name}", flush=True)
             simulation.run(config, workdir, progress=False, log=lambda line: None)
-            status[name] = "done"
+            record(name, "done")
         except simulation.DivergenceError as err:
-            status[name] = f"diverged: {err}"
+            record(name, f"diverged: {err}")
             print(f"  diverged: {err}", flush=True)
-    with open(os.path.join(FLAGS.results, "sweep_status.json"), "w") as f:
-        json.dump(status, f, indent=2)
-    print(f"{sum(v == 'done' for v in status.values())}/{len(grid)} cells done in {FLAGS.results}")
+        except simulation.Stopped as err:
+            record(name, f"stopped after round {err.rounds_done}; rerun the sweep to resume")
+            print(f"stopped: {err}", file=sys.stderr)
+            sys.exit(128 + err.signum)
+        except (ValueError, OSError, simulation.WriteError) as err:
+            record(name, f"error: {one_line(err)}")
+            print(f"  error: {name}: {one_line(err)}", file=sys.stderr, flush=True)
+    done = sum(v == "done" for v in status.values())
+    print(f"{done}/{len(grid)} cells done in {FLAGS.results}")
+    sys.exit(1 if any(v.startswith("error") for v in status.values()) else 0)
 
 
 if __name__ == "__main__":

@@ -81,20 +81,29 @@ def prepare_workdir(workdir: str, config: dict) -> None:
     write config.json. The caller holds the workdir's lock."""
     path = os.path.join(workdir, "config.json")
     if os.path.exists(path):
-        saved = {**experiment.ADDED_FIELDS, **workdir_lib.read_json(path)}
-        diff = sorted(k for k in set(saved) | set(config)
-                      if k not in RESUMABLE_CHANGES and saved.get(k) != config.get(k))
-        if diff:
-            details = ", ".join(f"{k}: {saved.get(k)!r} -> {config.get(k)!r}" for k in diff)
-            raise WorkdirError(f"workdir={workdir!r} holds a run of a different config "
-                               f"({details}); use a new workdir or the same config to resume")
-        done = max([0] + [r["round"] for r in read_metrics(workdir)[-1:]]
-                   + _checkpoint_rounds(workdir))
+        done = rounds_done(workdir, config)
         if config["rounds"] < done:
             raise WorkdirError(f"config.rounds={config['rounds']} is below the {done} rounds "
                                f"already done in {workdir!r}; a run is extended, never cut: "
                                f"use --config.rounds>={done} or a new workdir")
     workdir_lib.write_json(path, config)
+
+
+def rounds_done(workdir: str, config: dict) -> int:
+    """Rounds a workdir already holds for `config` (0 if it holds none). WorkdirError when it
+    holds a run of another config (any field but `rounds`) or damaged metrics."""
+    path = os.path.join(workdir, "config.json")
+    if not os.path.exists(path):
+        return 0
+    saved = {**experiment.ADDED_FIELDS, **workdir_lib.read_json(path)}
+    diff = sorted(k for k in set(saved) | set(config)
+                  if k not in RESUMABLE_CHANGES and saved.get(k) != config.get(k))
+    if diff:
+        details = ", ".join(f"{k}: {saved.get(k)!r} -> {config.get(k)!r}" for k in diff)
+        raise WorkdirError(f"workdir={workdir!r} holds a run of a different config "
+                           f"({details}); use a new workdir or the same config to resume")
+    return max([0] + [r["round"] for r in read_metrics(workdir)[-1:]]
+               + _checkpoint_rounds(workdir))
 
 
 def _checkpoint_rounds(workdir):
