@@ -227,9 +227,17 @@ def _method_order(name):
 def report(folders, out, window=5, last=50, target=None) -> str:
     from fedinit_jax import results as R
 
-    found = R.unique(R.find_runs(folders))
-    done = [r.rows[-1]["round"] >= r.config["rounds"] for r in found]
-    runs = [r for r, d in zip(found, done) if d]
+    if not (isinstance(window, int) and window >= 1):
+        raise ValueError(f"--window={window!r} must be an int >= 1 (evaluations averaged)")
+    if not (isinstance(last, int) and last >= 1):
+        raise ValueError(f"--last={last!r} must be an int >= 1 (rounds the max is taken over)")
+    if target is not None and not 0 < target <= 1:
+        raise ValueError(f"--target={target!r} must be an accuracy in (0, 1]")
+    skipped = []
+    found = R.label_variants(R.find_runs(folders, skipped))
+    runs = R.unique([r for r in found if R.finished(r)])  # a finished copy of a cell first
+    unfinished = sorted(os.path.relpath(r.path, os.path.commonpath(folders))
+                        for r in found if not R.finished(r))
     if not runs:
         raise ValueError(f"no finished runs (config.json + metrics.jsonl up to config.rounds) "
                          f"under {', '.join(folders)}")
@@ -244,10 +252,10 @@ def report(folders, out, window=5, last=50, target=None) -> str:
         "## Communication and storage per round (Table 9)", cost_table(runs)])
     pngs = figures(runs, out, window, last)
     text += "\n\nFigures: " + (", ".join(pngs) if pngs else "none (need >1 beta or epochs)")
-    unfinished = sorted(os.path.relpath(r.path, os.path.commonpath(folders))
-                        for r, d in zip(found, done) if not d)
     if unfinished:
         text += f"\n\nLeft out, unfinished: {', '.join(unfinished)}"
+    if skipped:
+        text += "\n\nLeft out, unreadable: " + "; ".join(f"{path} ({why})" for path, why in skipped)
     with open(os.path.join(out, "tables.md"), "w") as f:
         f.write(text + "\n")
     return text

@@ -24,8 +24,20 @@ class Run(NamedTuple):
     rows: list
 
 
-def find_runs(folders) -> list[Run]:
-    """Every run under the given folders (a folder may itself be a run)."""
+# fields that do not change what a run computes (beyond float rounding): runs that differ
+# only in these (and the seed) are repeats of one cell
+NOT_IDENTITY = {"seed", "data_dir", "cache_dir", "execution", "chunk_size", "num_devices",
+                "conv", "checkpoint_every", "keep_checkpoints", "paper_setting",
+                "paper_accuracy", "_variant"}
+
+
+def find_runs(folders, skipped=None) -> list[Run]:
+    """Every readable run under the given folders (a folder may itself be a run).
+
+    A run whose config.json, run_info.json or metrics.jsonl is damaged is left out; its
+    path and the reason are appended to `skipped` (a list) when one is given."""
+    from fedinit_jax import workdir
+
     runs = []
     for folder in folders:
         if not os.path.isdir(folder):
@@ -33,21 +45,45 @@ def find_runs(folders) -> list[Run]:
         for root, dirs, files in os.walk(folder):
             dirs.sort()
             if "config.json" in files and "metrics.jsonl" in files:
-                with open(os.path.join(root, "config.json")) as f:
-                    config = json.load(f)
-                info_path = os.path.join(root, "run_info.json")
-                info = json.load(open(info_path)) if os.path.exists(info_path) else {}
-                rows = []
-                with open(os.path.join(root, "metrics.jsonl")) as f:
-                    for line in f:
-                        try:
-                            rows.append(json.loads(line))
-                        except json.JSONDecodeError:
-                            break
+                try:
+                    config = workdir.read_json(os.path.join(root, "config.json"))
+                    info_path = os.path.join(root, "run_info.json")
+                    info = workdir.read_json(info_path) if os.path.exists(info_path) else {}
+                    rows = workdir.read_metrics(root)
+                    setting(config), method(config)  # the fields a report needs are there
+                except (ValueError, KeyError, TypeError) as err:
+                    if skipped is not None:
+                        skipped.append((root, str(err).splitlines()[0][:300]))
+                    rows = []
                 if rows:
                     runs.append(Run(root, config, info, rows))
                 dirs[:] = [d for d in dirs if d not in ("checkpoints", "tb")]
     return runs
+
+
+def finished(run: Run) -> bool:
+    """Every round 1..config.rounds is in the metrics (read_metrics keeps them in order)."""
+    return len(run.rows) >= run.config["rounds"]
+
+
+def label_variants(runs) -> list[Run]:
+    """Runs of one (method, setting) whose configs differ in a field other than the seed (and
+    NOT_IDENTITY) are different experiments: each gets config['_variant'], e.g.
+    'local_lr=0.05', which method() shows, so they are never merged as seeds."""
+    groups = {}
+    for run in runs:
+        groups.setdefault((method(run.config), setting(run.config)), []).append(run)
+    out = []
+    for group in groups.values():
+        identities = [{k: v for k, v in r.config.items() if k not in NOT_IDENTITY}
+                      for r in group]
+        differing = sorted({k for ident in identities for k in ident
+                            if any(other.get(k) != ident.get(k) for other in identities)})
+        for run, ident in zip(group, identities):
+            variant = ", ".join(f"{k}={ident.get(k)}" for k in differing)
+            out.append(run._replace(config={**run.config, "_variant": variant})
+                       if variant else run)
+    return out
 
 
 def unique(runs) -> list[Run]:
@@ -86,7 +122,8 @@ def method(config) -> str:
     else:
         name = base_name(config) + ("" if beta == 0 else
                                     "+RI" if beta == 0.1 else f"+RI(beta={beta:g})")
-    return name + (" [start]" if config.get("delta_from") == "start" else "")
+    name += " [start]" if config.get("delta_from") == "start" else ""
+    return name + (f" ({config['_variant']})" if config.get("_variant") else "")
 
 
 def setting(config) -> str:

@@ -109,3 +109,31 @@ def test_figure1_curves_keep_methods_and_epochs_apart(tmp_path):
                          f"FedInit {setting}": {1: [30.0], 2: [40.0]}}
     assert by_beta == {f"FedAvg {setting} E1": {0.0: [10.0], 0.1: [30.0]},
                        f"FedAvg {setting} E2": {0.0: [20.0], 0.1: [40.0]}}
+
+
+def test_bad_runs_are_skipped_and_variants_kept_apart(two_folders, tmp_path):
+    """An unfinished copy does not hide a finished one; runs differing in local_lr are not
+    merged as seeds; a damaged config.json or a null row is skipped and named."""
+    a = two_folders[0]
+    write_run(os.path.join(a, "copy_unfinished"), "fedavg", 0.0, 0, [0.9], rounds=6)
+    write_run(os.path.join(a, "lr"), "fedavg", 0.0, 0, [0.9] * 6)
+    config = json.load(open(os.path.join(a, "lr", "config.json")))
+    json.dump({**config, "local_lr": 0.05}, open(os.path.join(a, "lr", "config.json"), "w"))
+    write_run(os.path.join(a, "damaged"), "fedavg", 0.0, 3, [0.9] * 6)
+    open(os.path.join(a, "damaged", "config.json"), "w").write('{"algorithm": ')
+    write_run(os.path.join(a, "null_row"), "fedavg", 0.0, 4, [0.9] * 6)
+    with open(os.path.join(a, "null_row", "metrics.jsonl"), "a") as f:
+        f.write("null\n")
+    text = report(two_folders, str(tmp_path / "out"), window=3, last=3)
+    mean = (0.5 + 1.4 / 3) / 2 * 100
+    assert f"| FedAvg (local_lr=None) | {mean:.2f} ± " in text  # the two seeds, still merged
+    assert "| FedAvg (local_lr=0.05) | 90.00 ± 0.00 (n=1) |" in text
+    assert "Left out, unfinished: sweep_a/copy_unfinished" in text
+    assert "damaged/config.json cannot be read" in text and "null_row/metrics.jsonl line 7" in text
+
+
+@pytest.mark.parametrize("kwargs, says", [({"last": 0}, "--last"), ({"window": 0}, "--window"),
+                                          ({"target": 2.0}, "--target")])
+def test_report_arguments_are_checked(two_folders, tmp_path, kwargs, says):
+    with pytest.raises(ValueError, match=says):
+        report(two_folders, str(tmp_path / "out"), **{"window": 3, "last": 3, **kwargs})
