@@ -333,3 +333,32 @@ def test_disk_full_subprocess_exits_4_promptly(tmp_path):
     assert "checkpoints" in line[0] and "last good checkpoint: none" in line[0]
     assert [r["round"] for r in rows(tmp_path)] == [1, 2]
     assert time.time() - started < 120
+
+
+@pytest.mark.parametrize("damage", ["labels", "truncated", "missing images"])
+def test_damaged_cache_is_named(tmp_path, monkeypatch, damage):
+    """The decoded-data cache gets the checks fresh data gets, and errors name the file."""
+    from fedinit_jax.data import tfds_source
+
+    class Info:
+        name, version = "toy", "1.0.0"
+        features = {"label": type("L", (), {"num_classes": 10})()}
+
+    monkeypatch.setattr(tfds_source, "_source", lambda *a: (type("B", (), {
+        "info": Info, "data_dir": str(tmp_path)})(), None))
+    cache = tmp_path / "cache" / "toy-1.0.0-train"
+    tfds_source._save_atomically(str(cache), np.zeros((4, 8, 8, 3), np.uint8),
+                                 np.array([0, 1, 2, 3], np.int32))
+    if damage == "labels":
+        np.save(str(cache) + ".labels.npy", np.array([99, -3, 0, 1], np.int32))
+        says = "labels out of range"
+    elif damage == "truncated":
+        path = str(cache) + ".images.npy"
+        os.truncate(path, os.path.getsize(path) // 2)
+        says = "images.npy cannot be read"
+    else:
+        os.remove(str(cache) + ".images.npy")
+        says = "images.npy cannot be read"
+    with pytest.raises(ValueError, match=says) as err:
+        tfds_source.load("toy", "train", cache_dir=str(tmp_path / "cache"))
+    assert str(cache) in str(err.value)

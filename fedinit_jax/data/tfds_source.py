@@ -58,7 +58,10 @@ def load(name: str, split: str, *, data_dir=None, cache_dir=None, download: bool
     key = f"{builder.info.name}-{builder.info.version}-{split}"
     cache = os.path.join(_cache_dir(cache_dir), key)
     if os.path.exists(cache + ".labels.npy"):
-        return np.load(cache + ".images.npy"), np.load(cache + ".labels.npy"), num_classes
+        images, labels = _read_cache(cache)
+        check_split(images, labels, num_classes, f"the cached copy {cache}.*.npy of {key} "
+                    "(delete it to decode the split again)")
+        return images, labels, num_classes
     try:
         rows = [source[i] for i in range(len(source))]
     except Exception as err:  # a truncated or damaged record file
@@ -69,6 +72,19 @@ def load(name: str, split: str, *, data_dir=None, cache_dir=None, download: bool
     check_split(images, labels, num_classes, f"{key} in {builder.data_dir}")
     _save_atomically(cache, images, labels)
     return images, labels, num_classes
+
+
+def _read_cache(cache):
+    """The cached arrays, or ValueError naming the file that cannot be read."""
+    arrays = []
+    for suffix in (".images.npy", ".labels.npy"):
+        try:
+            arrays.append(np.load(cache + suffix))
+        except (OSError, ValueError, EOFError) as err:
+            raise ValueError(f"the cached copy {cache}{suffix} cannot be read "
+                             f"({type(err).__name__}: {str(err).splitlines()[0][:200]}); "
+                             "delete it to decode the split again") from None
+    return arrays
 
 
 def check_split(images, labels, num_classes, where):
