@@ -209,13 +209,45 @@ def build(config) -> Experiment:
     model = models.get(config["model"], num_classes, conv=config["conv"],
                        **({"width": config["model_width"]}
                           if config["model"] in models.WIDTH_MODELS else {}))
-    init_params = model.init(jax.random.key(config["seed"]), train_x.shape[1:])
     loss_fn = tasks.classification_loss(model.apply, mean, std, augment=config["augment"])
     algo = algorithms.get(config["algorithm"], loss_fn, **kwargs)
+    _check_memory(config, model, train_x.shape[1:], algo)
+    init_params = model.init(jax.random.key(config["seed"]), train_x.shape[1:])
     evaluate = tasks.make_evaluator(model.apply, test_x, test_y, mean, std)
     steps = config["local_epochs"] * data.steps_per_epoch(shard_size, config["batch_size"])
     return Experiment(shards, evaluate, algo, init_params, num_classes,
                       clients_per_round(config), steps, kwargs)
+
+
+def available_memory():
+    """Bytes the first device can hold: its allocator's limit (GPU/TPU), or the host's
+    MemAvailable (CPU); None when neither is known."""
+    stats = getattr(jax.devices()[0], "memory_stats", lambda: None)() or {}
+    if stats.get("bytes_limit"):
+        return int(stats["bytes_limit"])
+    try:
+        with open("/proc/meminfo") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def _check_memory(config, model, example_shape, algo):
+    """ValueError before any allocation when even the state alone cannot fit: every client's
+    w_i and per-client extras (C x vectors x d x bytes) plus four copies of the model."""
+    shapes = jax.eval_shape(lambda key: model.init(key, example_shape), jax.random.key(0))
+    d = sum(math.prod(x.shape) for x in jax.tree.leaves(shapes))
+    vectors = 1 + len(algo.costs.client_state)
+    itemsize = jax.numpy.dtype(config["client_state_dtype"]).itemsize
+    need = config["num_clients"] * vectors * d * itemsize + 4 * 4 * d
+    available = available_memory()
+    if available is not None and need > available:
+        field = "model_width" if config["model_width"] != 1.0 else "num_clients"
+        _fail(field, config[field],
+              f"the federation needs at least {need / 2**30:.1f} GiB ({config['num_clients']} "
+              f"clients x {vectors} vectors x d={d:,} parameters x {itemsize} bytes) but "
+              f"{available / 2**30:.1f} GiB are available")
 
 
 def _channel_stats(images):

@@ -162,7 +162,18 @@ def run(config: dict, workdir: str, *, log=print, progress=None, fault=None) -> 
 def _run_locked(exp, config, workdir, primary, log, progress, fault):
     if primary:
         prepare_workdir(workdir, config)
-        workdir_lib.write_json(os.path.join(workdir, "run_info.json"), {
+        info_path = os.path.join(workdir, "run_info.json")
+        before = workdir_lib.read_json(info_path) if os.path.exists(info_path) else {}
+        devices = exp.options["num_devices"]
+        history = before.get("num_devices_history", [])
+        if before and before.get("num_devices") != devices:  # sharding decides the last bits
+            history.append({"after_round": rounds_done(workdir, config), "num_devices": devices,
+                            "before": before.get("num_devices")})
+            log(f"warning: resuming on {devices} devices, the run so far used "
+                f"{before.get('num_devices')}: results may differ in the last bits from an "
+                "uninterrupted run (set --config.num_devices to pin it)")
+        workdir_lib.write_json(info_path, {
+            "num_devices_history": history,
             "num_params": sum(int(x.size) for x in jax.tree.leaves(exp.init_params)),
             "num_classes": exp.num_classes,
             "clients_per_round": experiment.expected_clients(config),
@@ -187,6 +198,11 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault):
             f"{os.path.join(workdir, workdir_lib.METRICS)} holds rounds 1..{len(rows)} but "
             f"the checkpoint is after round {start}: rounds {len(rows) + 1}..{start} are "
             "missing; restore the file, or move checkpoints/ away to recompute every round")
+    if rows and start < config["rounds"] and start % config["eval_every"]:
+        # the evaluation taken because `start` was the last round of a shorter run: an
+        # uninterrupted run of config.rounds has none there
+        rows[-1] = {k: v for k, v in rows[-1].items()
+                    if k not in ("test_accuracy", "test_loss", "eval_seconds")}
     decay = experiment.local_lr_decay(config)
     rounds = config["rounds"]
     root_key = jax.random.fold_in(jax.random.key(config["seed"]), 1)

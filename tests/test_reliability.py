@@ -362,3 +362,25 @@ def test_damaged_cache_is_named(tmp_path, monkeypatch, damage):
     with pytest.raises(ValueError, match=says) as err:
         tfds_source.load("toy", "train", cache_dir=str(tmp_path / "cache"))
     assert str(cache) in str(err.value)
+
+
+def test_an_extended_run_equals_an_uninterrupted_one(tmp_path):
+    """Extending 3 -> 5 rounds (eval every 2) drops the evaluation taken at round 3 because it
+    was the last round, so the rows equal a 5-round run's."""
+    whole = simulation.run({**SMALL, "rounds": 5}, str(tmp_path / "whole"), **QUIET)
+    simulation.run({**SMALL, "rounds": 3}, str(tmp_path / "ext"), **QUIET)
+    extended = simulation.run({**SMALL, "rounds": 5}, str(tmp_path / "ext"), **QUIET)
+    strip = lambda rs: [{k: v for k, v in r.items() if not k.endswith("seconds")} for r in rs]  # noqa: E731
+    assert strip(extended) == strip(whole)
+    assert strip(simulation.read_metrics(str(tmp_path / "ext"))) == strip(whole)
+
+
+def test_resuming_on_another_device_count_is_recorded(tmp_path, monkeypatch):
+    """num_devices=0 (all that divide N) on a machine of 2 devices, then of 1."""
+    simulation.run({**SMALL, "rounds": 2}, str(tmp_path), **QUIET)
+    monkeypatch.setattr(experiment, "num_devices", lambda config: 1)
+    lines = []
+    simulation.run({**SMALL, "rounds": 3}, str(tmp_path), log=lines.append, progress=False)
+    assert any("resuming on 1 devices, the run so far used 2" in line for line in lines)
+    info = __import__("json").load(open(tmp_path / "run_info.json"))
+    assert info["num_devices_history"] == [{"after_round": 2, "num_devices": 1, "before": 2}]

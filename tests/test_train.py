@@ -101,6 +101,8 @@ def test_bad_input_one_line_exit_2_nothing_written(tmp_path, flag, field):
      "config.seed="),
     (["--config=experiments/configs/default.py", "--config.local_lr=1e308"],
      "config.local_lr=1e+308: is inf in float32"),
+    (["--config=experiments/configs/default.py", "--config.model_width=10000"],
+     "config.model_width=10000.0: the federation needs at least"),
 ])
 def test_bad_invocations_are_one_line(tmp_path, args, says):
     bad = tmp_path / "bad_syntax.py"
