@@ -14,6 +14,7 @@ default beta.
 """
 import json
 import os
+import signal
 import sys
 
 from experiments.cli import define_config, one_line, parse_flags, use_all_cpu_cores
@@ -87,7 +88,13 @@ def main(argv):
         status[name] = state
         workdir_lib.write_json(status_path, status)  # after every cell: a kill loses none
 
+    stop = []  # a signal between cells (inside a cell, simulation.run handles it)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda number, _frame: stop.append(number))
     for i, (name, config) in enumerate(grid):
+        if stop:
+            print(f"stopped by {signal.Signals(stop[0]).name} before {name}", file=sys.stderr)
+            sys.exit(128 + stop[0])
         workdir = os.path.join(FLAGS.results, name)
         try:
             if simulation.rounds_done(workdir, config) >= config["rounds"]:

@@ -220,9 +220,12 @@ def build(config) -> Experiment:
 
 
 def available_memory():
-    """Bytes the first device can hold: its allocator's limit (GPU/TPU), or the host's
-    MemAvailable (CPU); None when neither is known."""
-    stats = getattr(jax.devices()[0], "memory_stats", lambda: None)() or {}
+    """Bytes this process's first device can hold: its allocator's limit (GPU/TPU), or the
+    host's MemAvailable (CPU); None when neither is known."""
+    try:  # this process's own device (another process's cannot be asked)
+        stats = jax.local_devices()[0].memory_stats() or {}
+    except Exception:  # noqa: BLE001 - backends without memory statistics raise various kinds
+        stats = {}
     if stats.get("bytes_limit"):
         return int(stats["bytes_limit"])
     try:

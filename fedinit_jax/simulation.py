@@ -91,19 +91,21 @@ def prepare_workdir(workdir: str, config: dict) -> None:
 
 def rounds_done(workdir: str, config: dict) -> int:
     """Rounds a workdir already holds for `config` (0 if it holds none). WorkdirError when it
-    holds a run of another config (any field but `rounds`) or damaged metrics."""
+    holds rounds of another config (any field but `rounds`) or damaged metrics."""
     path = os.path.join(workdir, "config.json")
     if not os.path.exists(path):
         return 0
     saved = {**experiment.ADDED_FIELDS, **workdir_lib.read_json(path)}
     diff = sorted(k for k in set(saved) | set(config)
                   if k not in RESUMABLE_CHANGES and saved.get(k) != config.get(k))
-    if diff:
+    done = max([0] + [r["round"] for r in read_metrics(workdir)[-1:]]
+               + _checkpoint_rounds(workdir))
+    if diff and done:  # a workdir with no finished round holds no results: it takes the new
+        # config (e.g. the corrected command after a run that failed in its first round)
         details = ", ".join(f"{k}: {saved.get(k)!r} -> {config.get(k)!r}" for k in diff)
         raise WorkdirError(f"workdir={workdir!r} holds a run of a different config "
                            f"({details}); use a new workdir or the same config to resume")
-    return max([0] + [r["round"] for r in read_metrics(workdir)[-1:]]
-               + _checkpoint_rounds(workdir))
+    return done
 
 
 def _checkpoint_rounds(workdir):
@@ -146,20 +148,21 @@ def run(config: dict, workdir: str, *, log=print, progress=None, fault=None) -> 
     by default FEDINIT_FAULT=POINT:ROUND SIGKILLs the process there.
     """
     fault = fault or _env_fault
-    exp = experiment.build(config)  # validates first; loads data; nothing written yet
-    primary = distributed.is_primary()
-    lock = None
-    if primary:
-        _make_workdir(workdir)
-        lock = workdir_lib.Lock(workdir, log)  # before anything is read for resuming
-    try:
-        return _run_locked(exp, config, workdir, primary, log, progress, fault)
-    finally:
-        if lock is not None:
-            lock.release()
+    with _StopRequest() as stop:  # from the start: a signal while loading or compiling
+        exp = experiment.build(config)  # stops the run at the first round boundary
+        primary = distributed.is_primary()
+        lock = None
+        if primary:
+            _make_workdir(workdir)
+            lock = workdir_lib.Lock(workdir, log)  # before anything is read for resuming
+        try:
+            return _run_locked(exp, config, workdir, primary, log, progress, fault, stop)
+        finally:
+            if lock is not None:
+                lock.release()
 
 
-def _run_locked(exp, config, workdir, primary, log, progress, fault):
+def _run_locked(exp, config, workdir, primary, log, progress, fault, stop):
     if primary:
         prepare_workdir(workdir, config)
         info_path = os.path.join(workdir, "run_info.json")
@@ -215,35 +218,34 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault):
             scalars = workdir_lib.ScalarLog(os.path.join(workdir, "tb"), start)
             bar = _progress(rounds, start, sys.stderr.isatty() if progress is None else progress)
         last_accuracy = rows[-1].get("test_accuracy") if rows else None
-        with _StopRequest() as stop:
-            for t in range(start, rounds):
-                fault("round_start", t + 1)
-                state, row = _train_round(exp, config, state, t, root_key, decay,
-                                          checkpointer.latest_round(), log)
-                if (t + 1) % config["eval_every"] == 0 or t + 1 == rounds:
-                    t1 = time.perf_counter()
-                    row.update({k: float(v) for k, v in exp.evaluate(state.params).items()})
-                    fault("eval", t + 1)
-                    row["eval_seconds"] = time.perf_counter() - t1
-                    last_accuracy = row["test_accuracy"]
-                rows.append(row)
-                if primary:
-                    metrics_log.write(row)
-                    fault("metrics_written", t + 1)
-                    scalars.write(t + 1, {k: v for k, v in row.items() if k != "round"})
-                    if bar is not None:
-                        bar.set_postfix(loss=f"{row['train_loss']:.4f}", acc="-" if last_accuracy
-                                        is None else f"{last_accuracy:.4f}")
-                        bar.update(1)
-                    else:
-                        log(_line(row))
-                stopping = distributed.any_process(stop.signum is not None)
-                every = config["checkpoint_every"]
-                if (every and (t + 1) % every == 0) or t + 1 == rounds or stopping:
-                    _save(checkpointer, t + 1, state)
-                    fault("checkpoint_saved", t + 1)
-                if stopping:  # a signal on any process stops all of them at this boundary
-                    raise Stopped(stop.signum or signal.SIGTERM, t + 1)
+        for t in range(start, rounds):
+            fault("round_start", t + 1)
+            state, row = _train_round(exp, config, state, t, root_key, decay,
+                                      checkpointer.latest_round(), log)
+            if (t + 1) % config["eval_every"] == 0 or t + 1 == rounds:
+                t1 = time.perf_counter()
+                row.update({k: float(v) for k, v in exp.evaluate(state.params).items()})
+                fault("eval", t + 1)
+                row["eval_seconds"] = time.perf_counter() - t1
+                last_accuracy = row["test_accuracy"]
+            rows.append(row)
+            if primary:
+                metrics_log.write(row)
+                fault("metrics_written", t + 1)
+                scalars.write(t + 1, {k: v for k, v in row.items() if k != "round"})
+                if bar is not None:
+                    bar.set_postfix(loss=f"{row['train_loss']:.4f}", acc="-" if last_accuracy
+                                    is None else f"{last_accuracy:.4f}")
+                    bar.update(1)
+                else:
+                    log(_line(row))
+            stopping = distributed.any_process(stop.signum is not None)
+            every = config["checkpoint_every"]
+            if (every and (t + 1) % every == 0) or t + 1 == rounds or stopping:
+                _save(checkpointer, t + 1, state)
+                fault("checkpoint_saved", t + 1)
+            if stopping:  # a signal on any process stops all of them at this boundary
+                raise Stopped(stop.signum or signal.SIGTERM, t + 1)
     except WriteError as err:
         failed_save = "checkpoints" in str(err)
         last = checkpointer.latest_round()

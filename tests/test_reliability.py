@@ -147,6 +147,7 @@ def test_default_config_is_valid():
 def test_config_saved_before_a_field_existed_resumes_only_with_its_neutral_value(tmp_path):
     old = {k: v for k, v in BASE.items() if k not in experiment.ADDED_FIELDS}
     simulation.prepare_workdir(str(tmp_path), old)
+    (tmp_path / "metrics.jsonl").write_text('{"round": 1}\n')  # it holds a finished round
     simulation.prepare_workdir(str(tmp_path), BASE)  # float32 storage: as before, resumes
     with pytest.raises(ValueError, match="client_state_dtype: 'float32' -> 'bfloat16'"):
         simulation.prepare_workdir(str(tmp_path), {**BASE, "client_state_dtype": "bfloat16"})
@@ -384,3 +385,11 @@ def test_resuming_on_another_device_count_is_recorded(tmp_path, monkeypatch):
     assert any("resuming on 1 devices, the run so far used 2" in line for line in lines)
     info = __import__("json").load(open(tmp_path / "run_info.json"))
     assert info["num_devices_history"] == [{"after_round": 2, "num_devices": 1, "before": 2}]
+
+
+def test_a_workdir_without_rounds_takes_the_corrected_config(tmp_path):
+    """A run that failed before its first round (say out of memory) left config.json only:
+    the corrected command is not refused as 'another config'."""
+    simulation._make_workdir(str(tmp_path))
+    simulation.prepare_workdir(str(tmp_path), {**SMALL, "model_width": 50.0})
+    assert len(simulation.run(SMALL, str(tmp_path), **QUIET)) == 4
