@@ -21,13 +21,18 @@ def _cells():
     names = []
     for alg, alpha in itertools.product(("fedavg", "fedinit", "fedadam", "fedsam"), (0.1, 0.6)):
         names.append(f"{alg}-dir{alpha:g}-betadefault-E1-global")
-    for alg, alpha, beta in itertools.product(("scaffold", "feddyn", "fedcm"), (0.1, 0.6),
-                                              (0, 0.1)):
-        names.append(f"{alg}-dir{alpha:g}-beta{beta:g}-E1-global")
-    names.append("fedinit-dir0.1-betadefault-E1-start")
-    names += ["feddyn-dir0.1-beta0.1-E1-start", "fedcm-dir0.1-beta0.1-E1-start"]
+    for alg, alpha in itertools.product(("scaffold", "feddyn", "fedcm"), (0.1, 0.6)):
+        names += [f"{alg}-dir{alpha:g}-beta{beta:g}-E1-global" for beta in (0, 0.1)]
+        names.append(f"{alg}-dir{alpha:g}-beta0.1-E1-start")
+    names += [f"fedinit-dir{alpha:g}-betadefault-E1-start" for alpha in (0.1, 0.6)]
     names += [f"fedavg-dir0.1-beta{b:g}-E1-global" for b in (-0.2, -0.1, 0.05, 0.2)]
-    return [f"{n}-s{s}" for n in names for s in SEEDS]
+    cells = [f"{n}-s{s}" for n in names for s in SEEDS]
+    for epochs, seeds in ((2, SEEDS), (5, (0, 2))):  # global vs start across local epochs;
+        # 5 epochs: 2 seeds, what the session's budget allowed (README)
+        cells += [f"{alg}-dir0.1-betadefault-E{epochs}-{delta}-s{s}" for alg, delta in
+                  (("fedavg", "global"), ("fedinit", "global"), ("fedinit", "start"))
+                  for s in seeds]
+    return cells
 
 
 @pytest.fixture(scope="module")
