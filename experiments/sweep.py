@@ -12,7 +12,6 @@ or damaged) is reported as an error, one line, and the sweep goes on. <results>/
 says what each cell is, rewritten after every cell. Empty --betas keeps each algorithm's
 default beta.
 """
-import json
 import os
 import signal
 import sys

@@ -4,7 +4,6 @@ A run is a workdir holding config.json, metrics.jsonl and run_info.json. Runs th
 only in their seed form a cell; a cell is identified by its setting (dataset, model, split,
 clients, local epochs) and its method (algorithm, beta, delta_from).
 """
-import json
 import os
 from typing import NamedTuple
 

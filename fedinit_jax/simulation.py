@@ -14,7 +14,6 @@ JSON object per round, flushed each round), TensorBoard events under tb/, checkp
 (orbax). One process at a time writes a workdir (a lock); a failed write ends the run with
 WriteError naming the file and the last good checkpoint.
 """
-import json
 import math
 import os
 import signal
@@ -242,12 +241,15 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop):
             stopping = distributed.any_process(stop.signum is not None)
             every = config["checkpoint_every"]
             if (every and (t + 1) % every == 0) or t + 1 == rounds or stopping:
-                _save(checkpointer, t + 1, state)
+                try:
+                    _save(checkpointer, t + 1, state)
+                except WriteError:
+                    failed_save = True
+                    raise
                 fault("checkpoint_saved", t + 1)
             if stopping:  # a signal on any process stops all of them at this boundary
                 raise Stopped(stop.signum or signal.SIGTERM, t + 1)
     except WriteError as err:
-        failed_save = "checkpoints" in str(err)
         last = checkpointer.latest_round()
         raise WriteError(f"{err}; last good checkpoint: "
                          f"{'round ' + str(last) if last else 'none'}; the complete rows of "

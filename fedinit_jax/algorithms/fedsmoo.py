@@ -16,7 +16,6 @@ mu_i is 0.) rho = 0.1, lam = 0.1 by default.
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 import optax
 
 from fedinit_jax import local
