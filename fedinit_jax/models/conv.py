@@ -1,22 +1,29 @@
-"""Convolution formulations: XLA's stock convolution, or one whose weight gradient is matmuls.
+"""Convolution formulations: XLA's stock convolution, or ones that run as matmuls on CPU.
 
-XLA:CPU computes the convolution weight gradient pathologically slowly (2.5-5 GFLOP/s,
-worse inside lax.scan; ../shared/PERFORMANCE.md). `fast_conv` is a drop-in for
-`lax.conv_general_dilated` (NHWC/HWIO, no dilation, one group) with a custom VJP:
+`im2col_conv` ("im2col", the CPU default) is every convolution as one GEMM over an im2col
+view:
 
-    dL/dW[i, j] = sum_{b, p, q} x_pad[b, s p + i, s q + j, :]^T  g[b, p, q, :]
+    y[b, p, q, :] = concat_{i, j} x_pad[b, s p + i, s q + j, :]  @  W.reshape(kh kw Cin, Cout)
 
-computed as one matmul: the kh*kw shifted input windows are stacked along the channel axis
-(im2col, kh*kw times the input's memory) and multiplied with the output cotangent (~9% faster
-per CNN round here than one matmul per tap walked with lax.scan, the form PERFORMANCE.md
-measured). For stride 1 the input gradient is a plain convolution of the cotangent with the
-spatially flipped, in/out-transposed kernel, which XLA:CPU runs ~1.5x faster than its own
-transposed convolution; other strides use XLA's. The forward is XLA's convolution (an im2col
-forward measured slower). Forward values are identical; gradients match the stock ones to
-float tolerance (tests/test_conv.py).
+(a pad, kh*kw strided slices concatenated along the channels, one dot), differentiated by
+plain autodiff: both gradients are GEMMs plus the slices' transposes, and no XLA convolution
+is left in the program. XLA:CPU runs its own convolutions far below matmul speed at small
+spatial sizes with many channels (ResNet-18's 2x2 and 1x1 stages) and their weight gradients
+inside `lax.scan` (docs/performance.md has the profile). Cost: kh*kw times the input's memory
+per conv for the patches.
 
-`conv_fn("auto")` picks `fast_conv` on CPU and the stock convolution elsewhere (cuDNN has
-real weight-gradient kernels).
+`fast_conv` ("fast") keeps XLA's forward convolution and replaces only the gradients, with
+a custom VJP: the weight gradient as one matmul over the stacked taps,
+
+    dL/dW[i, j] = sum_{b, p, q} x_pad[b, s p + i, s q + j, :]^T  g[b, p, q, :],
+
+and for stride 1 the input gradient as a plain convolution of the cotangent with the
+spatially flipped, in/out-transposed kernel (other strides: XLA's transpose).
+
+Forward values agree with the stock convolution to float rounding and both gradients to float
+tolerance (tests/test_conv.py, including the whole ResNet-18-GN against float64).
+`conv_fn("auto")` picks `im2col_conv` on CPU and the stock convolution elsewhere (cuDNN has
+real convolution kernels).
 """
 import functools
 
@@ -25,7 +32,7 @@ import jax.numpy as jnp
 from jax import lax
 
 NHWC = ("NHWC", "HWIO", "NHWC")
-IMPLEMENTATIONS = ("auto", "xla", "fast")
+IMPLEMENTATIONS = ("auto", "xla", "fast", "im2col")
 
 
 def _stock(x, w, strides, pads):
@@ -80,19 +87,52 @@ def fast_conv(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation
               dimension_numbers=None, feature_group_count=1, precision=None, **kwargs):
     """`lax.conv_general_dilated` with a matmul weight gradient; falls back to the stock
     convolution for dilations, groups or layouts other than NHWC/HWIO."""
-    plain = (lhs.ndim == 4 and feature_group_count == 1 and not kwargs
-             and all(d == 1 for d in (lhs_dilation or (1, 1)))
-             and all(d == 1 for d in (rhs_dilation or (1, 1)))
-             and (dimension_numbers is None or dimension_numbers
-                  == lax.conv_dimension_numbers(lhs.shape, rhs.shape, NHWC)))
-    if not plain:
+    if not _is_plain(lhs, rhs, lhs_dilation, rhs_dilation, dimension_numbers,
+                     feature_group_count, kwargs):
         return lax.conv_general_dilated(
             lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation, dimension_numbers,
             feature_group_count, precision=precision, **kwargs)
+    return _matmul_grad_conv(lhs, rhs, tuple(window_strides),
+                             _pads(lhs, rhs, window_strides, padding))
+
+
+def _is_plain(lhs, rhs, lhs_dilation, rhs_dilation, dimension_numbers, feature_group_count,
+              kwargs):
+    """NHWC/HWIO, no dilation, one group: the case the matmul formulations handle."""
+    return (lhs.ndim == 4 and feature_group_count == 1 and not kwargs
+            and all(d == 1 for d in (lhs_dilation or (1, 1)))
+            and all(d == 1 for d in (rhs_dilation or (1, 1)))
+            and (dimension_numbers is None or dimension_numbers
+                 == lax.conv_dimension_numbers(lhs.shape, rhs.shape, NHWC)))
+
+
+def _pads(lhs, rhs, window_strides, padding):
     if isinstance(padding, str):
         padding = lax.padtype_to_pads(lhs.shape[1:3], rhs.shape[:2], window_strides, padding)
-    pads = tuple(tuple(int(p) for p in pair) for pair in padding)
-    return _matmul_grad_conv(lhs, rhs, tuple(window_strides), pads)
+    return tuple(tuple(int(p) for p in pair) for pair in padding)
+
+
+def im2col_conv(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
+                dimension_numbers=None, feature_group_count=1, precision=None, **kwargs):
+    """`lax.conv_general_dilated` as one GEMM over an im2col view (module docstring); falls
+    back to the stock convolution for dilations, groups or layouts other than NHWC/HWIO."""
+    if not _is_plain(lhs, rhs, lhs_dilation, rhs_dilation, dimension_numbers,
+                     feature_group_count, kwargs):
+        return lax.conv_general_dilated(
+            lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation, dimension_numbers,
+            feature_group_count, precision=precision, **kwargs)
+    (top, bottom), (left, right) = _pads(lhs, rhs, window_strides, padding)
+    kh, kw, cin, cout = rhs.shape
+    sh, sw = window_strides
+    x = lhs
+    if top or bottom or left or right:
+        x = jnp.pad(lhs, ((0, 0), (top, bottom), (left, right), (0, 0)))
+    out_h, out_w = (x.shape[1] - kh) // sh + 1, (x.shape[2] - kw) // sw + 1
+    cols = [x[:, i:i + (out_h - 1) * sh + 1:sh, j:j + (out_w - 1) * sw + 1:sw, :]
+            for i in range(kh) for j in range(kw)]
+    patches = cols[0] if len(cols) == 1 else jnp.concatenate(cols, axis=-1)
+    return lax.dot_general(patches, rhs.reshape(kh * kw * cin, cout),
+                           (((3,), (0,)), ((), ())), precision=precision)
 
 
 def conv_fn(implementation: str = "auto"):
@@ -101,5 +141,5 @@ def conv_fn(implementation: str = "auto"):
         raise ValueError(f"conv={implementation!r} is not a convolution implementation; "
                          f"allowed: {', '.join(IMPLEMENTATIONS)}")
     if implementation == "auto":
-        implementation = "fast" if jax.default_backend() == "cpu" else "xla"
-    return fast_conv if implementation == "fast" else None
+        implementation = "im2col" if jax.default_backend() == "cpu" else "xla"
+    return {"xla": None, "fast": fast_conv, "im2col": im2col_conv}[implementation]
