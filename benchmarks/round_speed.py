@@ -12,9 +12,11 @@ machine hits all of them; each figure is the median over repeats. GFLOP/s counts
 forward FLOPs per training example (XLA's cost analysis) and is compared with a 2048^2 fp32
 matmul measured in the same run. "memory" is XLA's own account of the compiled round on one
 device (arguments + outputs + temporaries - aliased, from `memory_analysis()`), the peak that
-round needs; "first round" is compile + one round. The evaluation line times the test-split
-evaluation the training binary runs (10,000 images, batches of 1,000). Run it on a quiet
-machine (nothing else on the cores).
+round needs; "first round" is compile + one round. The PyTorch column is a lean per-client
+loop of the same model in PyTorch (the CNN and ResNet-18-GN have twins here). The evaluation
+table times the test-split evaluation the training binary runs (10,000 images, batches of
+1,000) against PyTorch's; the memory table shows XLA's account of the round with and without
+donating the state. Run it on a quiet machine (nothing else on the cores).
 """
 import argparse
 import os
@@ -140,27 +142,68 @@ class NaiveRound:
         jax.block_until_ready(self.params)
 
 
-def torch_round(inp):
-    """An equivalent PyTorch per-client loop of the reference CNN, or None without torch."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    torch.manual_seed(0)
+def torch_model(name):
+    """The PyTorch twin of a library model (same layers and sizes), or None: the reference
+    CNN, or the ImageNet-stem ResNet-18 with GroupNorm(2) (no torchvision needed)."""
+    import torch
 
-    def cnn():
-        nn = torch.nn
+    nn = torch.nn
+    if name == "cnn" and WIDTH == 1.0:
         return nn.Sequential(nn.Conv2d(3, 64, 5), nn.ReLU(), nn.MaxPool2d(2),
                              nn.Conv2d(64, 64, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
                              nn.Linear(1600, 384), nn.ReLU(), nn.Linear(384, 192), nn.ReLU(),
                              nn.Linear(192, 10))
+    if name != "resnet18_gn":
+        return None
 
+    class Block(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+            self.norm1, self.norm2 = nn.GroupNorm(2, cout), nn.GroupNorm(2, cout)
+            self.down = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                       nn.GroupNorm(2, cout))
+                         if stride != 1 or cin != cout else nn.Identity())
+
+        def forward(self, x):
+            y = self.norm2(self.conv2(torch.relu(self.norm1(self.conv1(x)))))
+            return torch.relu(y + self.down(x))
+
+    layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.GroupNorm(2, 64), nn.ReLU(),
+              nn.MaxPool2d(3, 2, 1)]
+    cin = 64
+    for stage, cout in enumerate((64, 128, 256, 512)):
+        for block in range(2):
+            layers.append(Block(cin, cout, 2 if stage > 0 and block == 0 else 1))
+            cin = cout
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 10))
+
+
+def _torch_images(images):
+    """uint8 [..., H, W, C] -> normalised float [..., C, H, W], as the library's normalize."""
+    import torch
+
+    mean = torch.tensor(MEAN).view(3, 1, 1)
+    std = torch.tensor(STD).view(3, 1, 1)
+    x = torch.from_numpy(np.ascontiguousarray(images)).float()
+    return (x.permute(*range(x.ndim - 3), -1, -3, -2) / 255.0 - mean) / std
+
+
+def torch_round(model_name, inp):
+    """The round as a lean PyTorch per-client loop (a fresh model and SGD per client, as the
+    authors' simulator; flip per example and one padded random crop per batch, clip 10, weight
+    decay 1e-3, FedAvg mean), or None without torch or a PyTorch twin of the model."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if torch_model(model_name) is None:
+        return None
+    torch.manual_seed(0)
     images, labels = inp.batches
-    mean = torch.tensor(MEAN).view(1, 3, 1, 1)
-    std = torch.tensor(STD).view(1, 3, 1, 1)
-    x_all = (torch.from_numpy(images).float().permute(0, 1, 2, 5, 3, 4) / 255.0 - mean) / std
-    y_all = torch.from_numpy(labels).long()
-    global_model = cnn()
+    x_all, y_all = _torch_images(images), torch.from_numpy(labels).long()
+    global_model = torch_model(model_name)
 
     class Round:
         compile_seconds = 0.0
@@ -170,13 +213,15 @@ def torch_round(inp):
             state = {k: v.clone() for k, v in global_model.state_dict().items()}
             ends = []
             for i in range(x_all.shape[0]):
-                model = cnn()
+                model = torch_model(model_name)
                 model.load_state_dict(state)
                 opt = torch.optim.SGD(model.parameters(), lr=0.1, weight_decay=1e-3)
                 for k in range(x_all.shape[1]):
                     x = x_all[i, k]
-                    flip = torch.rand(x.shape[0]) < 0.5  # the same augmentation work
+                    flip = torch.rand(x.shape[0]) < 0.5
                     x = torch.where(flip.view(-1, 1, 1, 1), x.flip(3), x)
+                    dy, dx = torch.randint(0, 9, (2,)).tolist()
+                    x = torch.nn.functional.pad(x, (4, 4, 4, 4))[:, :, dy:dy + 32, dx:dx + 32]
                     opt.zero_grad()
                     torch.nn.functional.cross_entropy(model(x), y_all[i, k]).backward()
                     torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
@@ -215,8 +260,8 @@ def speed_table(args, peak):
     for conv in args.naive_convs:
         print(f"  compiling naive per-step loop / {conv} conv", flush=True)
         variants[f"naive per-step loop / {conv} conv"] = NaiveRound(args.model, conv, inp)
-    if args.torch and args.model == "cnn":
-        torch_variant = torch_round(inp)
+    if args.torch:
+        torch_variant = torch_round(args.model, inp)
         if torch_variant is not None:
             import torch
 
@@ -311,19 +356,83 @@ def replica_table(args):
     return header, rows
 
 
-def evaluation_line(args, test_size=10_000):
-    """Seconds to evaluate the global model on a CIFAR-sized test split (median of repeats)."""
+def torch_evaluation(model_name, images, labels, batch_size=1000):
+    """() -> accuracy: the PyTorch twin evaluated in no-grad batches, or None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    model = torch_model(model_name)
+    if model is None:
+        return None
+    model.eval()
+    x_all, y_all = _torch_images(images), torch.from_numpy(labels).long()
+
+    def evaluate():
+        correct = 0
+        with torch.no_grad():
+            for i in range(0, len(y_all), batch_size):
+                logits = model(x_all[i:i + batch_size])
+                correct += int((logits.argmax(-1) == y_all[i:i + batch_size]).sum())
+        return correct / len(y_all)
+
+    return evaluate
+
+
+def evaluation_table(args, test_size=10_000):
+    """Seconds to evaluate the global model on a CIFAR-sized test split (batches of 1,000),
+    the library's jitted evaluator against the PyTorch twin in no-grad mode, round-robin."""
     model = get_model(args.model, "auto")
     params = model.init(jax.random.key(0), (32, 32, 3))
     rng = np.random.default_rng(1)
     images = rng.integers(0, 256, (test_size, 32, 32, 3), dtype=np.uint8)
     labels = rng.integers(0, 10, test_size).astype(np.int32)
     evaluate = tasks.make_evaluator(model.apply, images, labels, MEAN, STD)
-    first = _timed(lambda: jax.block_until_ready(evaluate(params)))
-    seconds = statistics.median(_timed(lambda: jax.block_until_ready(evaluate(params)))
-                                for _ in range(args.repeats))
-    return (f"evaluation of {test_size:,} test images: {seconds:.3f} s "
-            f"(first call, compiling: {first:.1f} s)")
+    runs = {"library (jit, conv=auto)": lambda: jax.block_until_ready(evaluate(params))}
+    torch_evaluate = torch_evaluation(args.model, images, labels) if args.torch else None
+    if torch_evaluate is not None:
+        import torch
+
+        runs[f"PyTorch {torch.__version__} (no_grad)"] = torch_evaluate
+    first = {name: _timed(run) for name, run in runs.items()}
+    times = {name: [] for name in runs}
+    for _ in range(args.repeats):
+        for name, run in runs.items():
+            times[name].append(_timed(run))
+    medians = {name: statistics.median(ts) for name, ts in times.items()}
+    torch_name = next((n for n in runs if n.startswith("PyTorch")), None)
+    header = [f"evaluation of {test_size:,} images", "s", "images/s", "vs PyTorch",
+              "first call (compile) s"]
+    rows = [[name, f"{s:.3f}", f"{test_size / s:.0f}",
+             f"{medians[torch_name] / s:.2f}x" if torch_name else "-", f"{first[name]:.1f}"]
+            for name, s in medians.items()]
+    return header, rows
+
+
+def memory_table(args):
+    """XLA's memory account of the compiled round, state not donated vs donated, for a
+    federation of --state-clients clients (the [C, ...] tables dominate)."""
+    n = args.clients
+    inp = round_data(n, args.steps, args.batch)
+    model = get_model(args.model, "auto")
+    params = model.init(jax.random.key(0), (32, 32, 3))
+    loss = tasks.classification_loss(model.apply, MEAN, STD, augment=True)
+    algo = algorithms.get("fedavg", loss, execution="sequential")
+    state = jax.eval_shape(lambda p: algo.init(p, num_clients=args.state_clients), params)
+    state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))
+    rows = []
+    for donate in (False, True):
+        jitted = jax.jit(algo.round_fn, donate_argnums=(0,) if donate else ())
+        m = jitted.lower(state, inp, jax.random.key(1)).compile().memory_analysis()
+        total = (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+                 - m.alias_size_in_bytes)
+        rows.append(["donated" if donate else "not donated", _mib(state_bytes),
+                     _mib(m.argument_size_in_bytes), _mib(m.output_size_in_bytes),
+                     _mib(m.alias_size_in_bytes), _mib(m.temp_size_in_bytes), _mib(total),
+                     f"{total / (state_bytes + m.temp_size_in_bytes):.2f}x"])
+    header = [f"round's state (C={args.state_clients}, N={n})", "state", "arguments",
+              "outputs", "aliased", "temporaries", "total", "total / (state + temporaries)"]
+    return header, rows
 
 
 def markdown(header, rows):
@@ -340,14 +449,16 @@ def main():
     parser.add_argument("--batch", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--variants", nargs="*", help="execution:conv:devices",
-                        default=["sequential:fast:1", "sequential:fast:2", "chunked:fast:2",
-                                 "vmap:fast:2", "sequential:xla:2"])
-    parser.add_argument("--naive-convs", nargs="*", default=["fast", "xla"])
+                        default=["sequential:im2col:1", "sequential:im2col:2",
+                                 "chunked:im2col:2", "vmap:im2col:2", "sequential:fast:2"])
+    parser.add_argument("--naive-convs", nargs="*", default=["im2col", "xla"])
     parser.add_argument("--no-torch", dest="torch", action="store_false")
     parser.add_argument("--algorithms", nargs="*", default=list(algorithms.REGISTRY))
     parser.add_argument("--algo-execution", default="sequential")
     parser.add_argument("--tables", nargs="*",
-                        default=["speed", "algorithms", "replicas", "eval"])
+                        default=["speed", "algorithms", "replicas", "eval", "memory"])
+    parser.add_argument("--state-clients", type=int, default=100,
+                        help="clients C in the state of the memory table")
     parser.add_argument("--replica-betas", nargs="*", type=float, default=[0.0, 0.05, 0.1])
     parser.add_argument("--smoke", action="store_true", help="tiny shapes, one repeat")
     args = parser.parse_args()
@@ -355,10 +466,11 @@ def main():
     WIDTH = args.width
     if args.smoke:
         args.clients, args.steps, args.batch, args.repeats = 2, 1, 2, 1
-        args.variants = ["sequential:fast:2", "vmap:xla:1"]
+        args.variants = ["sequential:im2col:2", "vmap:xla:1"]
         args.algorithms = args.algorithms[:3]
         args.replica_betas = [0.0, 0.1]
         args.torch = False
+        args.state_clients = 4
     peak = matmul_peak()
     print(f"# round_speed: {args.model} (width {WIDTH:g}), {args.clients} clients x "
           f"{args.steps} steps x batch {args.batch}; {platform.machine()}, {os.cpu_count()} "
@@ -372,7 +484,10 @@ def main():
     if "replicas" in args.tables:
         print(markdown(*replica_table(args)) + "\n", flush=True)
     if "eval" in args.tables:
-        print(evaluation_line(args, 200 if args.smoke else 10_000), flush=True)
+        print(markdown(*evaluation_table(args, 200 if args.smoke else 10_000)) + "\n",
+              flush=True)
+    if "memory" in args.tables:
+        print(markdown(*memory_table(args)) + "\n", flush=True)
 
 
 if __name__ == "__main__":

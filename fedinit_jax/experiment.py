@@ -71,7 +71,7 @@ def accepted_hparams(name: str) -> set:
     own = inspect.signature(algorithms.REGISTRY[name].builder).parameters
     shared = inspect.signature(algorithms.fedavg).parameters
     return (set(own) | set(shared)) - {"loss_fn", "options", "correction", "gradient",
-                                       "server_optimizer", "execution", "chunk_size"}
+                                       "server_optimizer", "runtime"}
 
 
 def validate(config) -> None:
@@ -170,6 +170,7 @@ def algorithm_kwargs(config) -> dict:
     if kwargs["execution"] == "chunked":
         kwargs["chunk_size"] = config["chunk_size"]
     kwargs["num_devices"] = num_devices(config)
+    kwargs["donate_state"] = True  # the loop never reads a round's input state again
     return kwargs
 
 

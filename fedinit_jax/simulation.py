@@ -303,7 +303,7 @@ def _train_round(exp, config, state, t, root_key, decay, last_checkpoint, log=pr
     if not (loss_ok and bool(_all_finite(new_state.params))):
         raise DivergenceError(
             f"round {t + 1}: non-finite {'parameters' if loss_ok else 'train loss'} "
-            f"(train_loss={metrics['train_loss']}); likely beta={float(state.beta):g} or "
+            f"(train_loss={metrics['train_loss']}); likely beta={float(new_state.beta):g} or "
             f"local_lr={float(lr):.4g} is too large. "
             + (f"The last good checkpoint (round {last_checkpoint}) and metrics.jsonl are "
                "kept." if last_checkpoint else "No checkpoint was taken yet; metrics.jsonl "

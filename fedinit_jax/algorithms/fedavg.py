@@ -17,12 +17,13 @@ from fedinit_jax.round import build_algorithm
 
 
 def fedavg(loss_fn, *, server_lr: float = 1.0, server_optimizer=None, beta: float = 0.0,
-           delta_from: str = "global", weight_decay=1e-3, clip_norm=10.0,
-           execution: str = "vmap", chunk_size=None, num_devices=None, correction=NONE,
-           gradient=local.plain_gradient, client_state_dtype=None):
+           delta_from: str = "global", weight_decay=1e-3, clip_norm=10.0, correction=NONE,
+           gradient=local.plain_gradient, **runtime):
     """FedAvg (+RI when beta != 0); paper defaults: wd 1e-3, clip 10, eta_g 1.
 
     server_optimizer, if given, replaces sgd(server_lr) on the pseudo-gradient -mean delta.
+    runtime: how the round runs, not what it computes (execution, chunk_size, num_devices,
+    client_state_dtype, donate_state; round.build_algorithm).
     """
     if server_optimizer is None:
         check_range("server_lr", server_lr, 0.0, low_open=True)
@@ -30,8 +31,7 @@ def fedavg(loss_fn, *, server_lr: float = 1.0, server_optimizer=None, beta: floa
     return build_algorithm(
         loss_fn, correction=correction, gradient=gradient, beta=beta, delta_from=delta_from,
         server_optimizer=server_optimizer, clip_norm=clip_norm, weight_decay=weight_decay,
-        execution=execution, chunk_size=chunk_size, num_devices=num_devices,
-        client_state_dtype=client_state_dtype)
+        **runtime)
 
 
 def fedinit(loss_fn, *, beta: float = 0.1, **options):

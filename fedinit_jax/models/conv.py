@@ -131,8 +131,10 @@ def im2col_conv(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilati
     cols = [x[:, i:i + (out_h - 1) * sh + 1:sh, j:j + (out_w - 1) * sw + 1:sw, :]
             for i in range(kh) for j in range(kw)]
     patches = cols[0] if len(cols) == 1 else jnp.concatenate(cols, axis=-1)
-    return lax.dot_general(patches, rhs.reshape(kh * kw * cin, cout),
-                           (((3,), (0,)), ((), ())), precision=precision)
+    # a plain 2-D GEMM (measured faster on XLA:CPU than a dot over the 4-D patches)
+    y = jnp.matmul(patches.reshape(-1, kh * kw * cin), rhs.reshape(kh * kw * cin, cout),
+                   precision=precision)
+    return y.reshape(lhs.shape[0], out_h, out_w, cout)
 
 
 def conv_fn(implementation: str = "auto"):
