@@ -15,11 +15,11 @@ mkdir -p "$out"
   # the reference CNN round (10 clients x 10 steps x batch 50): strategies, conv forms,
   # devices, the naive per-step loop, PyTorch; the test-split evaluation against PyTorch's
   "$py" benchmarks/round_speed.py --repeats 3 --tables speed eval \
-    --variants sequential:im2col:1 sequential:im2col:2 vmap:im2col:2 sequential:fast:2 \
-    --naive-convs im2col
+    --variants sequential:auto:1 sequential:auto:2 vmap:auto:2 sequential:im2col:2 \
+    --naive-convs auto
   # ResNet-18-GN (ImageNet stem, the paper's model), the same round shape and evaluation
   "$py" benchmarks/round_speed.py --model resnet18_gn --repeats 2 --tables speed eval \
-    --variants sequential:im2col:2 vmap:im2col:2 sequential:fast:2 --naive-convs
+    --variants sequential:auto:2 vmap:auto:2 sequential:auto:1 sequential:fast:2 --naive-convs
   # relaxed initialization must stay free: FedInit against FedAvg on both models
   "$py" benchmarks/round_speed.py --repeats 5 --tables algorithms --algorithms fedavg fedinit
   "$py" benchmarks/round_speed.py --model resnet18_gn --repeats 3 --tables algorithms \
@@ -29,6 +29,7 @@ mkdir -p "$out"
     --algorithms fedavg fedinit fedadam fedsam scaffold feddyn fedcm
   # memory: ResNet-18-GN with 100 clients' state, donated or not (compiles only)
   "$py" benchmarks/round_speed.py --model resnet18_gn --tables memory --state-clients 100
-  # where one ResNet-18-GN client's local step spends its time, per op and conv form
-  "$py" benchmarks/profile_ops.py --model resnet18_gn --convs xla fast im2col
+  # where one client's local step spends its time, per op and conv form
+  "$py" benchmarks/profile_ops.py --model resnet18_gn --convs xla fast im2col auto
+  "$py" benchmarks/profile_ops.py --model cnn --convs auto
 } 2>&1 | tee "$out/RESULTS_cpu_latest.md"

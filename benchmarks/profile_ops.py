@@ -8,7 +8,9 @@ inside the round's `lax.scan`) with `jax.profiler.trace`, reads the trace's per-
 module path in its metadata: which conv, forward or backward), its kind, and for dots and
 convolutions its FLOPs (2 x output elements x contracted size), hence its GFLOP/s. Prints,
 per conv implementation, a table by kind and the top ops, with the share of the summed op
-time. Timings are from one profiled call after a warm-up (the profiler slows ops down, so only
+time. XLA:CPU runs some thunks (plain dots) asynchronously, so their event covers only the
+dispatch: a rate above the matmul peak measured in the run is shown as "async" (its time is
+then missing from the sums). Timings are from one profiled call after a warm-up (the profiler slows ops down, so only
 the shares compare across rows; the unprofiled wall time is printed too): run it on a
 quiet machine.
 """
@@ -26,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from benchmarks.round_speed import MEAN, STD, markdown, round_data  # noqa: E402
+from benchmarks.round_speed import MEAN, STD, markdown, matmul_peak, round_data  # noqa: E402
 from fedinit_jax import algorithms, models, tasks  # noqa: E402
 
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (\S+?)(?:\{[^}]*\})? ([\w\-]+)\((.*)$")
@@ -128,7 +130,7 @@ def profile(model_name, conv, steps, batch):
     return seconds, ops, computations, wall / steps
 
 
-def tables(model_name, conv, steps, batch, top):
+def tables(model_name, conv, steps, batch, top, peak):
     seconds, ops, computations, wall = profile(model_name, conv, steps, batch)
     total = sum(seconds.values())
     by_kind = collections.defaultdict(lambda: [0.0, 0.0])
@@ -138,7 +140,12 @@ def tables(model_name, conv, steps, batch, top):
         by_kind[kind][0] += s
         by_kind[kind][1] += flops
         rows.append((s, kind, source, flops))
-    gflops = lambda f, s: f"{f / s / 1e9:.0f}" if f else "-"  # noqa: E731
+    def gflops(flops, seconds):
+        if not flops:
+            return "-"
+        rate = flops / seconds / 1e9
+        return f"{rate:.0f}" if rate <= peak else "async"
+
     kind_rows = [[k, f"{1e3 * s:.1f}", f"{100 * s / total:.0f}%", gflops(f, s)]
                  for k, (s, f) in sorted(by_kind.items(), key=lambda kv: -kv[1][0])]
     top_rows = [[source, kind, f"{1e3 * s:.2f}", f"{100 * s / total:.1f}%", gflops(f, s)]
@@ -155,16 +162,18 @@ def tables(model_name, conv, steps, batch, top):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="resnet18_gn", choices=models.NAMES)
-    parser.add_argument("--convs", nargs="*", default=["xla", "fast", "im2col"],
-                        choices=[c for c in models.CONV_IMPLEMENTATIONS if c != "auto"])
+    parser.add_argument("--convs", nargs="*", default=["xla", "fast", "im2col", "auto"],
+                        choices=models.CONV_IMPLEMENTATIONS)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--batch", type=int, default=50)
     parser.add_argument("--top", type=int, default=12)
     args = parser.parse_args()
     print(f"# profile_ops: jax {jax.__version__} {jax.default_backend()}, {os.cpu_count()} "
           f"cores, numpy {np.__version__}; {time.strftime('%Y-%m-%d %H:%M')}\n")
+    peak = matmul_peak()
+    print(f"2048^2 fp32 matmul: {peak:.1f} GFLOP/s\n")
     for conv in args.convs:
-        print(tables(args.model, conv, args.steps, args.batch, args.top), flush=True)
+        print(tables(args.model, conv, args.steps, args.batch, args.top, peak), flush=True)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ a naive per-step baseline, optionally PyTorch, every algorithm relative to FedAv
 federations (a beta sweep) as one vmapped program against R separate runs.
 
     python benchmarks/round_speed.py                 # CNN, the paper's round shape, all tables
-    python benchmarks/round_speed.py --smoke         # seconds: CI's no-timing smoke run
+    python benchmarks/round_speed.py --smoke         # CI's no-timing smoke run (tiny shapes)
 
 The round: N clients x K local steps x batch B of 32x32x3 uint8 images (synthetic: speed does
 not depend on the pixel values), SGD with clip and weight decay, as the library runs it.
@@ -41,6 +41,7 @@ MEAN, STD = [0.4914, 0.4822, 0.4465], [0.2470, 0.2435, 0.2616]
 
 
 WIDTH = 1.0  # --width: the cnn's width multiplier
+TORCH_DEVICE = "cpu"  # --torch-device: where the PyTorch twins run
 
 
 def get_model(name, conv):
@@ -202,8 +203,10 @@ def torch_round(model_name, inp):
         return None
     torch.manual_seed(0)
     images, labels = inp.batches
-    x_all, y_all = _torch_images(images), torch.from_numpy(labels).long()
-    global_model = torch_model(model_name)
+    device = torch.device(TORCH_DEVICE)
+    x_all = _torch_images(images).to(device)
+    y_all = torch.from_numpy(labels).long().to(device)
+    global_model = torch_model(model_name).to(device)
 
     class Round:
         compile_seconds = 0.0
@@ -213,12 +216,12 @@ def torch_round(model_name, inp):
             state = {k: v.clone() for k, v in global_model.state_dict().items()}
             ends = []
             for i in range(x_all.shape[0]):
-                model = torch_model(model_name)
+                model = torch_model(model_name).to(device)
                 model.load_state_dict(state)
                 opt = torch.optim.SGD(model.parameters(), lr=0.1, weight_decay=1e-3)
                 for k in range(x_all.shape[1]):
                     x = x_all[i, k]
-                    flip = torch.rand(x.shape[0]) < 0.5
+                    flip = torch.rand(x.shape[0], device=device) < 0.5
                     x = torch.where(flip.view(-1, 1, 1, 1), x.flip(3), x)
                     dy, dx = torch.randint(0, 9, (2,)).tolist()
                     x = torch.nn.functional.pad(x, (4, 4, 4, 4))[:, :, dy:dy + 32, dx:dx + 32]
@@ -228,6 +231,8 @@ def torch_round(model_name, inp):
                     opt.step()
                 ends.append(model.state_dict())
             global_model.load_state_dict({k: sum(e[k] for e in ends) / len(ends) for k in state})
+            if device.type == "cuda":
+                torch.cuda.synchronize()
 
     return Round()
 
@@ -365,16 +370,18 @@ def torch_evaluation(model_name, images, labels, batch_size=1000):
     model = torch_model(model_name)
     if model is None:
         return None
-    model.eval()
-    x_all, y_all = _torch_images(images), torch.from_numpy(labels).long()
+    device = torch.device(TORCH_DEVICE)
+    model = model.to(device).eval()
+    x_all = _torch_images(images).to(device)
+    y_all = torch.from_numpy(labels).long().to(device)
 
     def evaluate():
         correct = 0
         with torch.no_grad():
             for i in range(0, len(y_all), batch_size):
                 logits = model(x_all[i:i + batch_size])
-                correct += int((logits.argmax(-1) == y_all[i:i + batch_size]).sum())
-        return correct / len(y_all)
+                correct += (logits.argmax(-1) == y_all[i:i + batch_size]).sum()
+        return int(correct) / len(y_all)  # int(): waits for the device
 
     return evaluate
 
@@ -449,10 +456,11 @@ def main():
     parser.add_argument("--batch", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--variants", nargs="*", help="execution:conv:devices",
-                        default=["sequential:im2col:1", "sequential:im2col:2",
-                                 "chunked:im2col:2", "vmap:im2col:2", "sequential:fast:2"])
-    parser.add_argument("--naive-convs", nargs="*", default=["im2col", "xla"])
+                        default=["sequential:auto:1", "sequential:auto:2", "chunked:auto:2",
+                                 "vmap:auto:2", "sequential:xla:2"])
+    parser.add_argument("--naive-convs", nargs="*", default=["auto", "xla"])
     parser.add_argument("--no-torch", dest="torch", action="store_false")
+    parser.add_argument("--torch-device", default="cpu", help="cpu or cuda")
     parser.add_argument("--algorithms", nargs="*", default=list(algorithms.REGISTRY))
     parser.add_argument("--algo-execution", default="sequential")
     parser.add_argument("--tables", nargs="*",
@@ -462,15 +470,17 @@ def main():
     parser.add_argument("--replica-betas", nargs="*", type=float, default=[0.0, 0.05, 0.1])
     parser.add_argument("--smoke", action="store_true", help="tiny shapes, one repeat")
     args = parser.parse_args()
-    global WIDTH
-    WIDTH = args.width
     if args.smoke:
         args.clients, args.steps, args.batch, args.repeats = 2, 1, 2, 1
-        args.variants = ["sequential:im2col:2", "vmap:xla:1"]
+        args.width = 0.125 if args.model == "cnn" else args.width
+        args.variants = ["sequential:auto:2", "vmap:xla:1"]
+        args.naive_convs = args.naive_convs[:1]
         args.algorithms = args.algorithms[:3]
         args.replica_betas = [0.0, 0.1]
         args.torch = False
         args.state_clients = 4
+    global WIDTH, TORCH_DEVICE
+    WIDTH, TORCH_DEVICE = args.width, args.torch_device
     peak = matmul_peak()
     print(f"# round_speed: {args.model} (width {WIDTH:g}), {args.clients} clients x "
           f"{args.steps} steps x batch {args.batch}; {platform.machine()}, {os.cpu_count()} "

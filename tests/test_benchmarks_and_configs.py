@@ -16,11 +16,22 @@ def test_round_speed_smoke():
     result = subprocess.run([sys.executable, "benchmarks/round_speed.py", "--smoke"], cwd=ROOT,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "| naive per-step loop / fast conv |" in result.stdout
+    assert "| naive per-step loop / auto conv |" in result.stdout
     assert "| fedavg |" in result.stdout and "1.000x" in result.stdout
     assert " MiB |" in result.stdout  # XLA's memory account of each compiled round
-    assert "evaluation of 200 test images:" in result.stdout
+    assert "| library (jit, conv=auto) |" in result.stdout  # the evaluation table
     assert "| 2 replicas in one program / vmap clients |" in result.stdout
+    ratio = {line.split(" | ")[0]: float(line.split(" | ")[-1].rstrip(" |x"))
+             for line in result.stdout.splitlines() if "donated |" in line}
+    assert ratio["| donated"] < ratio["| not donated"]  # no second copy of the state
+
+
+def test_profile_ops_smoke():
+    result = subprocess.run([sys.executable, "benchmarks/profile_ops.py", "--model", "cnn",
+                             "--convs", "auto", "--steps", "1", "--batch", "2"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "| XLA convolution |" in result.stdout and "| op (module, pass, HLO op) |" in result.stdout
 
 
 @pytest.mark.parametrize("key", list(paper.PAPER_ACCURACY))

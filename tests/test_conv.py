@@ -6,16 +6,16 @@ import pytest
 from jax import lax
 
 from fedinit_jax import models, tasks
-from fedinit_jax.models.conv import fast_conv, im2col_conv
+from fedinit_jax.models.conv import cpu_conv, fast_conv, im2col_conv
 
 
 # every conv shape of the models: ResNet-18's 7x7/2 stem, 3x3/1 and /2, 1x1/2 downsample,
 # at odd sizes and down to 2x2 and 1x1 inputs; the CNN's 5x5 VALID; SAME padding
-@pytest.mark.parametrize("conv", [fast_conv, im2col_conv])
+@pytest.mark.parametrize("conv", [fast_conv, im2col_conv, cpu_conv])
 @pytest.mark.parametrize("kernel, stride, padding, size", [
     (3, 1, ((1, 1), (1, 1)), 11), (5, 1, "VALID", 11), (7, 2, ((3, 3), (3, 3)), 11),
     (1, 2, "VALID", 11), (3, 2, "SAME", 11), (3, 2, ((1, 1), (1, 1)), 2),
-    (3, 1, ((1, 1), (1, 1)), 1), (1, 2, ((0, 0), (0, 0)), 2)])
+    (3, 1, ((1, 1), (1, 1)), 1), (1, 2, ((0, 0), (0, 0)), 2), (5, 1, "VALID", 16)])
 def test_matmul_convs_match_stock(conv, kernel, stride, padding, size):
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.normal(size=(3, size, size, 4)), jnp.float32)

@@ -36,8 +36,9 @@ NAMES = tuple(_MODULES)
 def get(name: str, num_classes: int, *, conv: str = "auto", **kwargs) -> Model:
     """The model `name` (one of NAMES) as a pure (init, apply) pair.
 
-    conv: 'auto' (the matmul-gradient convolution on CPU, XLA's elsewhere), 'xla' or 'fast'
-    (models/conv.py); the forward values are the same for all three.
+    conv: 'auto' (on CPU per conv the fastest matmul form, `conv.cpu_conv`; XLA's
+    elsewhere), 'xla', 'fast' or 'im2col' (models/conv.py); forward values agree to float
+    rounding.
     """
     if name not in _MODULES:
         raise ValueError(f"model={name!r} is unknown; available: {', '.join(NAMES)}")

@@ -22,8 +22,11 @@ spatially flipped, in/out-transposed kernel (other strides: XLA's transpose).
 
 Forward values agree with the stock convolution to float rounding and both gradients to float
 tolerance (tests/test_conv.py, including the whole ResNet-18-GN against float64).
-`conv_fn("auto")` picks `im2col_conv` on CPU and the stock convolution elsewhere (cuDNN has
-real convolution kernels).
+`conv_fn("auto")` is the stock convolution on GPU/TPU (cuDNN has real kernels) and on CPU
+`cpu_conv`: per convolution, `fast_conv` when the output has >= FAST_MIN_POSITIONS spatial
+positions (XLA's forward is faster than a GEMM over patches kh*kw times the input's size
+that no longer stay in cache: the CNN's 28x28 and 10x10 outputs, ResNet's 16x16 stem) and
+`im2col_conv` below (ResNet's 8x8 .. 1x1 stages, where XLA's forward is slow too).
 """
 import functools
 
@@ -33,6 +36,7 @@ from jax import lax
 
 NHWC = ("NHWC", "HWIO", "NHWC")
 IMPLEMENTATIONS = ("auto", "xla", "fast", "im2col")
+FAST_MIN_POSITIONS = 100  # cpu_conv: output positions (H x W) from which fast_conv is used
 
 
 def _stock(x, w, strides, pads):
@@ -137,11 +141,20 @@ def im2col_conv(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilati
     return y.reshape(lhs.shape[0], out_h, out_w, cout)
 
 
+def cpu_conv(lhs, rhs, window_strides, padding, *args, **kwargs):
+    """`fast_conv` for outputs of >= FAST_MIN_POSITIONS positions, else `im2col_conv`."""
+    (top, bottom), (left, right) = _pads(lhs, rhs, window_strides, padding)
+    out_h = (lhs.shape[1] + top + bottom - rhs.shape[0]) // window_strides[0] + 1
+    out_w = (lhs.shape[2] + left + right - rhs.shape[1]) // window_strides[1] + 1
+    conv = fast_conv if out_h * out_w >= FAST_MIN_POSITIONS else im2col_conv
+    return conv(lhs, rhs, window_strides, padding, *args, **kwargs)
+
+
 def conv_fn(implementation: str = "auto"):
     """The conv function for flax's nn.Conv(conv_general_dilated=...): None = stock."""
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"conv={implementation!r} is not a convolution implementation; "
                          f"allowed: {', '.join(IMPLEMENTATIONS)}")
     if implementation == "auto":
-        implementation = "im2col" if jax.default_backend() == "cpu" else "xla"
+        return cpu_conv if jax.default_backend() == "cpu" else None
     return {"xla": None, "fast": fast_conv, "im2col": im2col_conv}[implementation]
