@@ -2,8 +2,8 @@
 
   vmap        all N clients at once (jax.vmap); fastest where grouped kernels are good (GPU).
   sequential  one client at a time (lax.map); flat memory in N. On XLA:CPU vmapped
-              per-client convolutions become slow grouped convolutions (PERFORMANCE.md:
-              ~3.5x slower than sequential for the CNN), so this is the CPU choice.
+              per-client convolutions become slow grouped convolutions
+              (docs/performance.md), so this is the CPU choice.
   chunked     chunk_size clients at a time (lax.map with batch_size=chunk_size).
 
 Across devices: with a mesh, the client axis is split over its "clients" axis with

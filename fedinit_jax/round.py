@@ -1,7 +1,7 @@
 """The federated round: relaxed initialization, local training on the sampled clients,
 aggregation. One pure function, jit-compiled once per run.
 
-Paper Algorithm 1 with an algorithm's Correction plugged in (ALGORITHMS.md):
+Paper Algorithm 1 with an algorithm's Correction plugged in (docs/algorithms.md):
 
     w_i0    = w + beta * (w - w_i)                         (RI; beta = 0 is FedAvg)
     w_iK    = local_update(w_i0)                           (K corrected SGD steps)

@@ -1,4 +1,4 @@
-"""An independent plain-numpy simulator of every algorithm, written from ALGORITHMS.md.
+"""An independent plain-numpy simulator of every algorithm, written from docs/algorithms.md.
 
 Loops over rounds, clients and steps; float64; a linear-regression model whose parameters
 are one flat vector theta = [w (d), b]. It shares no code with the library.

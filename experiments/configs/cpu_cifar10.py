@@ -13,7 +13,7 @@ The paper's 10%-of-100-clients setting (Section 5.1) on the real CIFAR-10, scale
   * no flip/crop augmentation (a regulariser for long training; here every run underfits);
   * evaluation every 5 rounds on the whole test split, one XLA CPU device (at this size a
     second device does not speed a round up).
-~0.96 s per FedAvg round and ~0.65 s per evaluation on the 2-core machine (medians).
+Round and evaluation times: results/cpu_cifar10 (train_seconds, eval_seconds per row).
 results/cpu_cifar10/run_study.sh runs the whole grid with experiments/sweep.py.
 """
 from experiments.configs import default

@@ -1,10 +1,10 @@
 """2x2 / stride-2 max-pooling as a reshape and a max (same values as nn.max_pool).
 
 XLA:CPU computes nn.max_pool's gradient with select-and-scatter, slowly; the gradient of a
-reshape + max is a cheap mask. Measured on this machine: a CNN training scan went from
-0.647 s to 0.488 s (10 steps x 50 images). Odd trailing rows/columns are dropped, as
-'VALID' pooling does. Where a window holds several equal maxima the gradient is shared
-between them (after a ReLU these are zeros, whose gradient the ReLU blocks anyway).
+reshape + max is a cheap mask (a faster CNN local step, benchmarks/RESULTS.md history). Odd
+trailing rows/columns are dropped, as 'VALID' pooling does. Where a window holds several
+equal maxima the gradient is shared between them (after a ReLU these are zeros, whose
+gradient the ReLU blocks anyway).
 """
 
 
