@@ -177,7 +177,7 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, gradient=local.pl
                 jnp.issubdtype(x.dtype, jnp.floating) for x in jax.tree.leaves(params)):
             raise ValueError("params: every leaf must be a float array (got dtypes "
                              f"{sorted({str(x.dtype) for x in jax.tree.leaves(params)})})")
-        return FedState(
+        state = FedState(
             params=params,
             client_params=store(tree.stack(params, num_clients)),
             server_opt_state=server_opt.init(params),
@@ -185,6 +185,9 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, gradient=local.pl
             client_extra=store(tree.stack(correction.init_client(params), num_clients)),
             beta=jnp.asarray(beta, jnp.float32),
             round=jnp.zeros((), jnp.int32))
+        if donate_state:  # every leaf its own buffer: none shared with the caller's params
+            state = jax.tree.map(jnp.copy, state)  # or with another leaf (e.g. Adam's m, v)
+        return state
 
     def round_fn(state: FedState, round_input: RoundInput, key):
         w = state.params

@@ -279,3 +279,23 @@ def test_numpy_scalars_are_accepted():
     algo = algorithms.fedinit(linreg_loss, beta=np.float32(0.1), weight_decay=np.float64(1e-3))
     assert float(algo.init({"w": jnp.zeros(2)}, num_clients=2).beta) == pytest.approx(0.1)
     algorithms.fedcm(linreg_loss, alpha=np.float32(0.5))
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedadam", "scaffold"])
+def test_donated_state_gives_the_same_rounds_and_is_consumed(linreg_rounds, theta0, name):
+    """donate_state=True: the same numbers as without; the state passed in is deleted (its
+    buffers were reused), never the caller's params; FedAdam's m and v (equal zeros at init)
+    are separate buffers, so donating them is allowed."""
+    params = params_from(theta0)
+    plain = algorithms.get(name, linreg_loss, beta=0.1)
+    donating = algorithms.get(name, linreg_loss, beta=0.1, donate_state=True)
+    a = plain.init(params, num_clients=5)
+    b = donating.init(params, num_clients=5)
+    for t, (ids, xs, ys, lr) in enumerate(linreg_rounds):
+        old = b
+        a, _ = plain.apply(a, RoundInput(ids, (xs, ys), lr), jax.random.key(t))
+        b, _ = donating.apply(b, RoundInput(ids, (xs, ys), lr), jax.random.key(t))
+        assert old.client_params["w"].is_deleted()
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert not params["w"].is_deleted()
