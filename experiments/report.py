@@ -33,7 +33,7 @@ FLAGS = flags.FLAGS
 
 
 def accuracy_tables(runs, window, last):
-    from fedinit_jax import results as R
+    from experiments import results as R
 
     cells = defaultdict(list)
     for run in runs:
@@ -66,7 +66,7 @@ def accuracy_tables(runs, window, last):
 
 
 def time_tables(runs, window, target):
-    from fedinit_jax import results as R
+    from experiments import results as R
 
     per = defaultdict(list)
     for run in runs:
@@ -104,8 +104,8 @@ def time_tables(runs, window, target):
 
 
 def cost_table(runs):
-    from fedinit_jax import metrics
-    from fedinit_jax import results as R
+    from experiments import metrics
+    from experiments import results as R
     from fedinit_jax.types import Costs
 
     seen = {}
@@ -134,7 +134,7 @@ def figure1_series(runs, window, last):
     over local epochs a curve is one method (FedAvg and FedInit apart) in one setting but its
     epochs; over beta, one base algorithm in one setting, epochs included. Curves of one
     point are left out."""
-    from fedinit_jax import results as R
+    from experiments import results as R
 
     out = []
     for field, fname, getter, label_of in (
@@ -156,7 +156,7 @@ def figures(runs, out, window, last):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from fedinit_jax import results as R
+    from experiments import results as R
 
     written = []
     for field, fname, series in figure1_series(runs, window, last):
@@ -210,7 +210,7 @@ def _delta_tag(config):
 
 def _mean_curve(runs, field):
     """Mean over runs of a metric, over the rounds every one of them has."""
-    from fedinit_jax import results as R
+    from experiments import results as R
 
     curves = [dict(zip(*R.curve(run, field))) for run in runs]
     rounds = sorted(set.intersection(*(set(c) for c in curves)))
@@ -218,14 +218,15 @@ def _mean_curve(runs, field):
 
 
 def _method_order(name):
-    order = ["FedAvg", "FedAdam", "FedSAM", "SCAFFOLD", "FedDyn", "FedCM", "FedProx", "FedSpeed",
-             "FedSMOO", "FedGamma", "MoFedSAM", "FedInit"]
+    from fedinit_jax import algorithms
+
+    order = [entry.display for entry in algorithms.REGISTRY.values()]  # the registry's order
     head = name.split("+")[0].split("(")[0].split(" ")[0]
     return (order.index(head) if head in order else len(order), name)
 
 
 def report(folders, out, window=5, last=50, target=None) -> str:
-    from fedinit_jax import results as R
+    from experiments import results as R
 
     if not (isinstance(window, int) and window >= 1):
         raise ValueError(f"--window={window!r} must be an int >= 1 (evaluations averaged)")

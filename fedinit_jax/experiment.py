@@ -5,7 +5,6 @@ ValueError("config.<field>=...: what is allowed") before anything is loaded or c
 `build(config)` returns the Experiment the host loop (simulation.py) runs. The config is any
 mapping with the keys of experiments/configs/default.py (an ml_collections ConfigDict there).
 """
-import inspect
 import math
 from typing import Any, Callable, NamedTuple
 
@@ -24,7 +23,6 @@ CHANNEL_STATS = {
     "cifar100": ([0.5071, 0.4865, 0.4409], [0.2673, 0.2564, 0.2762]),
 }
 # algorithm hyperparameters a config may set (None = the registry's default)
-HPARAMS = ("beta", "server_lr", "rho", "lam", "alpha", "mu")
 OPTIONS = ("delta_from", "weight_decay", "clip_norm", "client_state_dtype")
 # fields added after runs were first saved, with the value that means "as before": a saved
 # config.json without such a field resumes under a config that keeps this value
@@ -67,11 +65,8 @@ def _number(config, field, low=None, high=None, low_open=False, integer=False, o
 
 
 def accepted_hparams(name: str) -> set:
-    """Keyword arguments the registered builder `name` takes (its own and FedAvg's)."""
-    own = inspect.signature(algorithms.REGISTRY[name].builder).parameters
-    shared = inspect.signature(algorithms.fedavg).parameters
-    return (set(own) | set(shared)) - {"loss_fn", "options", "correction", "gradient",
-                                       "server_optimizer", "runtime"}
+    """Hyperparameters the registered algorithm `name` takes (its own and FedAvg's)."""
+    return set(algorithms.REGISTRY[name].defaults)
 
 
 def validate(config) -> None:
@@ -116,13 +111,13 @@ def validate(config) -> None:
     if config["execution"] == "chunked":
         _number(config, "chunk_size", 1, integer=True)
     accepted = accepted_hparams(config["algorithm"])
-    for field in HPARAMS:
-        if config[field] is None:
+    for field in algorithms.hparam_names():
+        if config.get(field) is None:
             continue
         _number(config, field)
         if field not in accepted:
             _fail(field, config[field], f"is not a hyperparameter of {config['algorithm']} "
-                  f"(it takes {', '.join(sorted(accepted & set(HPARAMS)))})")
+                  f"(it takes {', '.join(sorted(accepted))})")
     if (config["participation_mode"] == "fixed"
             and round(config["participation"] * config["num_clients"]) < 1):
         _fail("participation", config["participation"],
@@ -164,7 +159,7 @@ def _partition(config, labels):
 
 def algorithm_kwargs(config) -> dict:
     """The builder arguments the config sets (unset hyperparameters keep their defaults)."""
-    kwargs = {f: config[f] for f in HPARAMS if config[f] is not None}
+    kwargs = {f: config[f] for f in algorithms.hparam_names() if config.get(f) is not None}
     kwargs.update({f: config[f] for f in OPTIONS})
     kwargs["execution"] = execution.resolve(config["execution"])
     if kwargs["execution"] == "chunked":

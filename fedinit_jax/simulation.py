@@ -31,14 +31,10 @@ from fedinit_jax.types import RoundInput
 from fedinit_jax.workdir import WorkdirError, WriteError, read_metrics  # noqa: F401 (API)
 
 RESUMABLE_CHANGES = ("rounds",)  # fields that may differ when a run is resumed (extended)
-FAULT_VARIABLE = "FEDINIT_FAULT"  # testing hook: "POINT:ROUND" SIGKILLs the run there
 
 
-def _env_fault(point: str, rounds_done: int) -> None:
-    """Fault injection for the subprocess reliability tests: with FEDINIT_FAULT=POINT:ROUND
-    set, the process kills itself (SIGKILL, no cleanup) at that point of that round."""
-    if os.environ.get(FAULT_VARIABLE) == f"{point}:{rounds_done}":
-        os.kill(os.getpid(), signal.SIGKILL)
+def _no_fault(point: str, rounds_done: int) -> None:
+    del point, rounds_done
 
 
 class DivergenceError(RuntimeError):
@@ -142,11 +138,11 @@ def run(config: dict, workdir: str, *, log=print, progress=None, fault=None) -> 
 
     In a multi-process run (distributed.py) every process calls this with the same config and
     workdir; process 0 holds the workdir's lock, writes the files and logs, all take part in
-    the checkpoints. fault(point, round), if given, is called at the points the reliability
-    tests kill or break a run ("round_start", "eval", "metrics_written", "checkpoint_saved");
-    by default FEDINIT_FAULT=POINT:ROUND SIGKILLs the process there.
+    the checkpoints. fault(point, round), if given, is called at the points where the
+    reliability tests break a run ("round_start", "eval", "metrics_written",
+    "checkpoint_saved"); an exception it raises ends the run there.
     """
-    fault = fault or _env_fault
+    fault = fault or _no_fault
     with _StopRequest() as stop:  # from the start: a signal while loading or compiling
         exp = experiment.build(config)  # stops the run at the first round boundary
         primary = distributed.is_primary()

@@ -1,5 +1,9 @@
-"""Shared fixtures: a linear-regression federation with partial participation."""
+"""Shared helpers: a linear-regression federation with partial participation, and the
+experiment binary run as a subprocess or in-process on the embedded digits."""
+import json
 import os
+import subprocess
+import sys
 
 # two XLA CPU devices, so that sharded rounds can be compared with one-device rounds
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
@@ -59,3 +63,42 @@ def theta0():
 
 def params_from(theta):
     return {"w": jnp.asarray(theta[:-1], jnp.float32), "b": jnp.asarray(theta[-1], jnp.float32)}
+
+
+# ------------------------------------------------------------------ the experiment binary
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIMING = ("train_seconds", "eval_seconds")
+TINY = ["--config.rounds=3", "--config.num_clients=8", "--config.participation=0.5",
+        "--config.local_epochs=1", "--config.eval_every=2", "--config.checkpoint_every=1"]
+
+
+def train(workdir, *overrides, wait=True, env=None):
+    cmd = [sys.executable, "-m", "experiments.train", "--config",
+           "experiments/configs/default.py", f"--workdir={workdir}", *overrides]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", **(env or {})}
+    if not wait:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def rows(workdir):
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def without_timing(rs):
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in rs]
+
+
+def quiet_config(**changes):
+    """The default config (digits, MLP) shrunk to TINY's size, as a dict for simulation.run."""
+    from experiments.configs import default
+
+    return {**default.get_config().to_dict(), "rounds": 4, "num_clients": 8,
+            "participation": 0.5, "local_epochs": 1, "eval_every": 2, "checkpoint_every": 1,
+            **changes}
+
+
+QUIET = {"log": lambda line: None, "progress": False}  # simulation.run without output

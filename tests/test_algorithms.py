@@ -134,3 +134,52 @@ def test_every_registered_name_takes_beta_and_delta_from(linreg_rounds, theta0):
         state = algo.init(params_from(theta0), num_clients=NUM_CLIENTS)
         state, _ = algo.apply(state, RoundInput(ids, (xs, ys), lr), jax.random.key(0))
         assert float(state.beta) == pytest.approx(0.1)
+
+
+def fedavgm(loss_fn, *, server_lr: float = 1.0, momentum: float = 0.9, **options):
+    """docs/algorithms.md's worked example, verbatim: FedAvg with server momentum."""
+    import optax
+
+    from fedinit_jax.algorithms._checks import check_range
+
+    check_range("momentum", momentum, 0.0, 1.0, high_open=True)
+    return algorithms.fedavg(loss_fn, server_optimizer=optax.sgd(server_lr, momentum),
+                             **options)
+
+
+def test_a_new_algorithm_is_one_registry_line(monkeypatch, linreg_rounds, theta0):
+    """One REGISTRY entry gives the config field, its default, validation, the display name
+    and a working algorithm; two rounds of server momentum match a hand computation."""
+    from experiments import results
+    from experiments.configs import default
+    from fedinit_jax import experiment
+
+    monkeypatch.setitem(algorithms.REGISTRY, "fedavgm",
+                        algorithms.Entry(fedavgm, "FedAvgM", 0.998, "Hsu et al. 2019"))
+    assert algorithms.REGISTRY["fedavgm"].defaults == {"beta": 0.0, "server_lr": 1.0,
+                                                      "momentum": 0.9}
+    config = default.get_config()
+    assert "momentum" in config and config.momentum is None
+    config.algorithm, config.momentum = "fedavgm", 0.5
+    experiment.validate(config)
+    assert experiment.algorithm_kwargs(config)["momentum"] == 0.5
+    config.algorithm = "fedavg"  # FedAvg does not take it: named
+    with pytest.raises(ValueError, match="config.momentum=0.5: is not a hyperparameter"):
+        experiment.validate(config)
+    assert results.base_name({"algorithm": "fedavgm"}) == "FedAvgM"
+    # server momentum by hand (beta = 0: a round's delta depends only on w):
+    # m1 = -d1, w1 = w0 + d1;  m2 = 0.5 m1 - d2, w2 = w1 - m2 = w1 + 0.5 d1 + d2
+    def fedavg_delta(w, t):
+        ids, xs, ys, lr = linreg_rounds[t]
+        algo = algorithms.get("fedavg", linreg_loss)
+        state = algo.init(params_from(w), num_clients=NUM_CLIENTS)
+        state, _ = algo.apply(state, RoundInput(ids, (xs, ys), lr), jax.random.key(t))
+        return flat(state.params) - w
+
+    d1 = fedavg_delta(theta0, 0)
+    d2 = fedavg_delta(theta0 + d1, 1)
+    algo = algorithms.get("fedavgm", linreg_loss, momentum=0.5)
+    state = algo.init(params_from(theta0), num_clients=NUM_CLIENTS)
+    for t, (ids, xs, ys, lr) in enumerate(linreg_rounds[:2]):
+        state, _ = algo.apply(state, RoundInput(ids, (xs, ys), lr), jax.random.key(t))
+    np.testing.assert_allclose(flat(state.params), theta0 + d1 + 0.5 * d1 + d2, atol=1e-5)

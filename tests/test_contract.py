@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from conftest import counting
-from fedinit_jax import RoundInput, algorithms, metrics, models, tasks
+from experiments import metrics
+from fedinit_jax import RoundInput, algorithms, models, tasks
 
 NUM_CLIENTS, N, K, B = 4, 2, 2, 4
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from fedinit_jax import distributed
-from test_train import rows, train, without_timing
+from conftest import rows, train, without_timing
 
 # 4 clients per round, split 2 + 2 over the devices; SCAFFOLD + RI exercises every state slot
 BASE = ["--config.num_clients=8", "--config.participation=0.5", "--config.local_epochs=1",

@@ -11,10 +11,13 @@ from hypothesis import strategies as st
 
 from experiments.configs import default
 from fedinit_jax import data, experiment, simulation
-from test_train import TINY, rows, train, without_timing
+from conftest import QUIET, TINY, quiet_config, rows, train, without_timing
 
 FAST = [*TINY[1:], "--config.rounds=6", "--config.eval_every=2"]
 SLOW = [*FAST, "--config.local_epochs=10"]  # rounds long enough to signal one mid-run
+BASE = default.get_config().to_dict()
+SMALL = quiet_config()
+SMALL6 = quiet_config(rounds=6)  # the in-process twin of FAST
 
 
 def _reference(tmp_path_factory, overrides):
@@ -30,20 +33,34 @@ def reference(tmp_path_factory):
     return _reference(tmp_path_factory, SLOW)
 
 
+class _Fault(Exception):
+    pass
+
+
 @pytest.fixture(scope="module")
-def fast_reference(tmp_path_factory):
-    return _reference(tmp_path_factory, FAST)
+def small_reference(tmp_path_factory):
+    """An uninterrupted in-process run of SMALL (6 rounds): its metrics rows."""
+    workdir = tmp_path_factory.mktemp("small_reference")
+    simulation.run(SMALL6, str(workdir), **QUIET)
+    return without_timing(rows(workdir))
 
 
 @pytest.mark.parametrize("point", ["round_start:3", "eval:4", "metrics_written:3",
                                    "checkpoint_saved:2", "metrics_written:6"])
-def test_sigkill_at_fault_points_then_resume(tmp_path, fast_reference, point):
-    killed = train(tmp_path, *FAST, env={simulation.FAULT_VARIABLE: point})
-    assert killed.returncode == -signal.SIGKILL
-    resumed = train(tmp_path, *FAST)
-    assert resumed.returncode == 0, resumed.stderr
-    got = without_timing(rows(tmp_path))
-    assert got == fast_reference  # bit-identical numbers, no duplicated or missing rows
+def test_a_fault_at_each_point_then_resume(tmp_path, small_reference, point):
+    """The run dies at each point of the loop (in-process: the fault callback raises), then the
+    same command resumes: bit-identical rows, none duplicated or missing. Real SIGKILLs of the
+    binary (no cleanup at all) are the subprocess tests below and in test_train.py."""
+    where, at = point.split(":")
+
+    def fault(name, rounds_done):
+        if (name, rounds_done) == (where, int(at)):
+            raise _Fault(point)
+
+    with pytest.raises(_Fault):
+        simulation.run(SMALL6, str(tmp_path), fault=fault, **QUIET)
+    simulation.run(SMALL6, str(tmp_path), **QUIET)
+    assert without_timing(rows(tmp_path)) == small_reference
 
 
 def test_sigkill_during_checkpoint_write(tmp_path, reference):
@@ -79,20 +96,18 @@ def test_sigterm_checkpoints_at_round_boundary_and_exits(tmp_path, reference):
     assert without_timing(rows(tmp_path)) == reference
 
 
-def test_corrupted_latest_checkpoint_falls_back(tmp_path):
-    four = [*TINY[1:], "--config.rounds=4"]
-    assert train(tmp_path / "ref", *[*TINY[1:], "--config.rounds=6"]).returncode == 0
-    assert train(tmp_path / "run", *four).returncode == 0
-    latest = tmp_path / "run" / "checkpoints" / "4"
+def test_corrupted_latest_checkpoint_falls_back(tmp_path, small_reference):
+    simulation.run({**SMALL6, "rounds": 4}, str(tmp_path), **QUIET)
+    latest = tmp_path / "checkpoints" / "4"
     for root, _, files in os.walk(latest):
         for name in files:
             with open(os.path.join(root, name), "r+b") as f:
                 f.truncate(max(0, os.path.getsize(f.name) // 3))
-    result = train(tmp_path / "run", *[*TINY[1:], "--config.rounds=6"])
-    assert result.returncode == 0, result.stderr
-    assert "unreadable" in result.stdout + result.stderr
-    assert (tmp_path / "run" / "checkpoints" / "corrupt-4").exists()
-    assert without_timing(rows(tmp_path / "run")) == without_timing(rows(tmp_path / "ref"))
+    logged = []
+    simulation.run(SMALL6, str(tmp_path), log=logged.append, progress=False)
+    assert any("unreadable" in line for line in logged)
+    assert (tmp_path / "checkpoints" / "corrupt-4").exists()
+    assert without_timing(rows(tmp_path)) == small_reference
 
 
 def test_partial_metrics_line_is_dropped(tmp_path):
@@ -102,7 +117,6 @@ def test_partial_metrics_line_is_dropped(tmp_path):
 
 # ------------------------------------------------------------------ config validation
 
-BASE = default.get_config().to_dict()
 BAD_VALUES = {
     "rounds": [0, -3, 1.5, "10", None, True], "num_clients": [0, -1, 2.0, "x"],
     "participation": [0.0, -0.1, 1.01, float("nan"), "half"], "local_lr": [0.0, -1.0, float("inf")],
@@ -188,9 +202,6 @@ def test_damaged_tfds_split_file(tmp_path, fault):
 
 # ------------------------------------------------------------------ Reliability II: the workdir
 
-QUIET = {"log": lambda line: None, "progress": False}
-SMALL = {**BASE, "rounds": 4, "num_clients": 8, "participation": 0.5, "local_epochs": 1,
-         "eval_every": 2, "checkpoint_every": 1}
 
 
 def test_a_live_workdir_is_refused(tmp_path):
@@ -320,7 +331,7 @@ def test_disk_full_subprocess_exits_4_promptly(tmp_path):
     import subprocess
     import sys
 
-    from test_train import ROOT
+    from conftest import ROOT
 
     command = [sys.executable, "-m", "experiments.train", "--config",
                "experiments/configs/default.py", "--workdir", str(tmp_path), *TINY[1:],

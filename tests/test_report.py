@@ -5,7 +5,7 @@ import os
 import pytest
 
 from experiments.report import report
-from fedinit_jax import results
+from experiments import results
 
 
 def write_run(folder, algorithm, beta, seed, accuracies, seconds=1.0, rounds=None):

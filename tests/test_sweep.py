@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from test_train import ROOT
+from conftest import ROOT
 
 TINY = ["--config.rounds=2", "--config.num_clients=8", "--config.participation=0.5",
         "--config.local_epochs=1", "--config.eval_every=1", "--algorithms=fedavg,fedinit"]

@@ -9,29 +9,8 @@ import time
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TIMING = ("train_seconds", "eval_seconds")
-TINY = ["--config.rounds=3", "--config.num_clients=8", "--config.participation=0.5",
-        "--config.local_epochs=1", "--config.eval_every=2", "--config.checkpoint_every=1"]
-
-
-def train(workdir, *overrides, wait=True, env=None):
-    cmd = [sys.executable, "-m", "experiments.train", "--config",
-           "experiments/configs/default.py", f"--workdir={workdir}", *overrides]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", **(env or {})}
-    if not wait:
-        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-
-
-def rows(workdir):
-    with open(os.path.join(workdir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f]
-
-
-def without_timing(rs):
-    return [{k: v for k, v in r.items() if k not in TIMING} for r in rs]
+from conftest import QUIET, ROOT, TINY, quiet_config, rows, train, without_timing
+from fedinit_jax import simulation
 
 
 def test_end_to_end_metrics_fields(tmp_path):
@@ -71,22 +50,25 @@ def test_sigkill_then_resume_is_bit_identical(tmp_path):
     assert without_timing(rows(killed)) == without_timing(rows(reference))
 
 
-@pytest.mark.parametrize("flag, field", [
-    ("--config.no_such_key=1", "unknown config key"),
-    ("--config.algorithm=fedfoo", "config.algorithm"),
-    ("--config.model=resnet50", "config.model"),
-    ("--config.dataset=no_such_dataset_xyz", "dataset"),
-    ("--config.rounds=0", "config.rounds"),
-    ("--config.participation=1.5", "config.participation"),
-    ("--config.participation=0.0", "config.participation"),
-    ("--config.batch_size=1000", "config.batch_size"),
+@pytest.mark.parametrize("change, field", [
+    ({"algorithm": "fedfoo"}, "config.algorithm"),
+    ({"model": "resnet50"}, "config.model"),
+    ({"dataset": "no_such_dataset_xyz"}, "dataset"),
+    ({"rounds": 0}, "config.rounds"),
+    ({"participation": 1.5}, "config.participation"),
+    ({"participation": 0.0}, "config.participation"),
+    ({"batch_size": 1000}, "config.batch_size"),
+    ({"dataset": "cifar10", "data_dir": "/nonexistent"}, "/nonexistent"),
+    ({"seed": 99999999999999999999999}, "config.seed="),
+    ({"local_lr": 1e308}, "config.local_lr=1e+308: is inf in float32"),
+    ({"model_width": 10000.0}, "config.model_width=10000.0: the federation needs at least"),
 ])
-def test_bad_input_one_line_exit_2_nothing_written(tmp_path, flag, field):
+def test_bad_config_is_named_before_anything_is_written(tmp_path, change, field):
+    """In-process: the ValueError the binary turns into one line and exit 2 (below)."""
     workdir = tmp_path / "run"
-    result = train(workdir, *TINY, flag)
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and field in lines[0] and lines[0].startswith("error:")
+    with pytest.raises((ValueError, OSError)) as err:
+        simulation.run(quiet_config(**change), str(workdir), **QUIET)
+    assert field in str(err.value)
     assert not workdir.exists()
 
 
@@ -95,16 +77,13 @@ def test_bad_input_one_line_exit_2_nothing_written(tmp_path, flag, field):
     (["--config=/nonexistent.py"], "/nonexistent.py"),
     (["--config={bad}"], "line 1: invalid syntax"),
     (["--config=experiments/configs/paper.py:nosuch"], "paper preset 'nosuch'"),
+    (["--config=experiments/configs/default.py", "--config.rounds=0"], "config.rounds"),
     (["--config=experiments/configs/default.py", "--config.dataset=cifar10",
       "--config.data_dir=/nonexistent"], "/nonexistent"),
-    (["--config=experiments/configs/default.py", "--config.seed=99999999999999999999999"],
-     "config.seed="),
-    (["--config=experiments/configs/default.py", "--config.local_lr=1e308"],
-     "config.local_lr=1e+308: is inf in float32"),
-    (["--config=experiments/configs/default.py", "--config.model_width=10000"],
-     "config.model_width=10000.0: the federation needs at least"),
 ])
-def test_bad_invocations_are_one_line(tmp_path, args, says):
+def test_bad_invocations_are_one_line_exit_2(tmp_path, args, says):
+    """The binary: flags and config files, and a config error raised in the run (one line,
+    exit 2, nothing written)."""
     bad = tmp_path / "bad_syntax.py"
     bad.write_text("def get_config(:\n")
     cmd = [sys.executable, "-m", "experiments.train", f"--workdir={tmp_path / 'run'}",
@@ -119,46 +98,54 @@ def test_bad_invocations_are_one_line(tmp_path, args, says):
 
 def test_damaged_config_json_is_named(tmp_path):
     tmp_path.joinpath("config.json").write_text('{"rounds": ')
-    result = train(tmp_path, *TINY)
-    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
-    assert f"{tmp_path}/config.json cannot be read" in result.stderr
+    with pytest.raises(ValueError, match=f"{tmp_path}/config.json cannot be read"):
+        simulation.run(quiet_config(), str(tmp_path), **QUIET)
 
 
 def test_bf16_client_state_end_to_end(tmp_path):
-    result = train(tmp_path, *TINY, "--config.client_state_dtype=bfloat16")
-    assert result.returncode == 0, result.stderr
-    assert "x 2 bytes (bfloat16)" in result.stdout
-    assert all(math.isfinite(r["train_loss"]) for r in rows(tmp_path))
+    logged = []
+    got = simulation.run(quiet_config(client_state_dtype="bfloat16"), str(tmp_path),
+                         log=logged.append, progress=False)
+    assert any("x 2 bytes (bfloat16)" in line for line in logged)
+    assert all(math.isfinite(r["train_loss"]) for r in got) and len(got) == 4
 
 
 def test_unwritable_workdir(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    result = train(blocker / "run", *TINY)
-    assert result.returncode == 2 and "not writable" in result.stderr
+    with pytest.raises(ValueError, match="not writable"):
+        simulation.run(quiet_config(), str(blocker / "run"), **QUIET)
 
 
 def test_different_config_refuses_to_resume(tmp_path):
-    assert train(tmp_path, *TINY).returncode == 0
+    simulation.run(quiet_config(), str(tmp_path), **QUIET)
     before = (tmp_path / "metrics.jsonl").read_text()
-    result = train(tmp_path, *TINY, "--config.beta=0.3")
-    assert result.returncode == 2 and "different config" in result.stderr
+    with pytest.raises(ValueError, match="different config"):
+        simulation.run(quiet_config(beta=0.3), str(tmp_path), **QUIET)
     assert (tmp_path / "metrics.jsonl").read_text() == before
 
 
-@pytest.mark.parametrize("overrides", [
-    ("--config.local_lr=1e6", "--config.clip_norm=0.0"),
-    ("--config.beta=5.0", "--config.rounds=40"),
-], ids=["huge_lr", "beta_5"])
-def test_divergence_guard_keeps_checkpoint_and_metrics(tmp_path, overrides):
-    result = train(tmp_path, *TINY, "--config.rounds=6", *overrides)
-    assert result.returncode == 3, result.stderr[-500:]
-    assert "non-finite" in result.stderr and "round" in result.stderr
-    kept = rows(tmp_path) if (tmp_path / "metrics.jsonl").exists() else []
-    diverged_at = int(result.stderr.split("round ")[1].split(":")[0])
+def _check_divergence_kept_good_rounds(workdir, message):
+    assert "non-finite" in message and "round" in message
+    kept = rows(workdir) if (workdir / "metrics.jsonl").exists() else []
+    diverged_at = int(message.split("round ")[1].split(":")[0])
     assert [r["round"] for r in kept] == list(range(1, diverged_at))  # all good rows kept
-    saved = sorted(int(p) for p in os.listdir(tmp_path / "checkpoints") if p.isdigit())
+    saved = sorted(int(p) for p in os.listdir(workdir / "checkpoints") if p.isdigit())
     assert not saved or max(saved) < diverged_at  # only checkpoints of good rounds
+
+
+def test_divergence_guard_exits_3_keeping_checkpoint_and_metrics(tmp_path):
+    result = train(tmp_path, *TINY, "--config.rounds=6", "--config.local_lr=1e6",
+                   "--config.clip_norm=0.0")
+    assert result.returncode == 3, result.stderr[-500:]
+    _check_divergence_kept_good_rounds(tmp_path, result.stderr)
+
+
+def test_divergence_guard_after_good_rounds(tmp_path):
+    """beta = 5 diverges only after some good rounds: those rows and checkpoints stay."""
+    with pytest.raises(simulation.DivergenceError) as err:
+        simulation.run(quiet_config(beta=5.0, rounds=40), str(tmp_path), **QUIET)
+    _check_divergence_kept_good_rounds(tmp_path, str(err.value))
 
 
 def test_every_registered_algorithm_runs_through_the_loop_and_report(tmp_path):

@@ -9,6 +9,8 @@ overridden on the command line, e.g. --config.algorithm=scaffold --config.beta=0
 import ml_collections
 from ml_collections import config_dict
 
+from fedinit_jax import algorithms
+
 
 def get_config():
     c = ml_collections.ConfigDict()
@@ -30,15 +32,12 @@ def get_config():
     # model
     c.model = "mlp"
     c.model_width = 1.0             # cnn / mlp width multiplier
-    c.conv = "auto"                 # auto | xla | fast (matmul weight gradient; CPU default)
-    # algorithm (None = the registry's documented default)
+    c.conv = "auto"                 # auto | xla | fast | im2col (models/conv.py)
+    # algorithm; every hyperparameter of a registered algorithm (beta, server_lr, rho, lam,
+    # alpha, mu, b1, b2, eps, ...) is a field, None = the builder's documented default
     c.algorithm = "fedinit"
-    c.beta = config_dict.placeholder(float)
-    c.server_lr = config_dict.placeholder(float)
-    c.rho = config_dict.placeholder(float)
-    c.lam = config_dict.placeholder(float)
-    c.alpha = config_dict.placeholder(float)
-    c.mu = config_dict.placeholder(float)
+    for name in algorithms.hparam_names():
+        c[name] = config_dict.placeholder(float)
     c.delta_from = "global"         # global (paper) | start (authors' code)
     # local training
     c.local_lr = 0.1

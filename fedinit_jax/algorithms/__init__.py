@@ -2,8 +2,12 @@
 
 Each builder returns a FederatedAlgorithm(init, apply, round_fn, costs) and takes `beta`
 (relaxed initialization, "+RI") and `delta_from` like FedAvg/FedInit. REGISTRY maps the
-names to builders with their documented defaults and the paper's local-lr decay.
+names to builders, table names and the paper's local-lr decay; everything else (the config's
+hyperparameter fields, their defaults, display names, the report's order, the tests'
+parametrisation) is derived from it. A new method is one module here plus one REGISTRY line
+(docs/algorithms.md, "Adding an algorithm").
 """
+import inspect
 from typing import Callable, NamedTuple
 
 from fedinit_jax.algorithms.fedadam import fedadam
@@ -19,39 +23,69 @@ from fedinit_jax.algorithms.mofedsam import mofedsam
 from fedinit_jax.algorithms.scaffold import scaffold
 
 
+# FedAvg's arguments that are not hyperparameters of a method: how the round is assembled
+# (correction, gradient, server_optimizer) and the options every method shares, which are
+# config fields of their own
+_NOT_HPARAMS = ("loss_fn", "correction", "gradient", "server_optimizer", "delta_from",
+                "weight_decay", "clip_norm")
+
+
+def hyperparameters(builder) -> dict:
+    """The documented hyperparameters of a builder and their defaults: its own keyword
+    arguments and FedAvg's (beta, server_lr), the builder's defaults winning."""
+    shared = [fedavg] if builder is not fedavg else []
+    found = {}
+    for fn in [*shared, builder]:
+        for name, p in inspect.signature(fn).parameters.items():
+            if (p.kind is p.KEYWORD_ONLY and name not in _NOT_HPARAMS
+                    and isinstance(p.default, (int, float))):
+                found[name] = p.default
+    return found
+
+
 class Entry(NamedTuple):
-    """A registered algorithm: its builder, default hyperparameters and the paper's lr decay."""
+    """A registered algorithm: its builder, its name in tables, the paper's per-round
+    local-lr decay, and its reference. Its hyperparameters come from the builder."""
 
     builder: Callable
-    defaults: dict
+    display: str
     local_lr_decay: float
     reference: str
 
+    @property
+    def defaults(self) -> dict:
+        return hyperparameters(self.builder)
 
+
+# one line per algorithm; the order is the order of the report's tables
 REGISTRY = {
-    "fedavg": Entry(fedavg, {"beta": 0.0, "server_lr": 1.0}, 0.998, "McMahan et al. 2017"),
-    "fedinit": Entry(fedinit, {"beta": 0.1, "server_lr": 1.0}, 0.998, "FedInit paper, Algorithm 1"),
-    "fedadam": Entry(fedadam, {"server_lr": 0.1, "b1": 0.9, "b2": 0.99, "eps": 0.01}, 0.998,
-                     "Reddi et al. 2021"),
-    "fedsam": Entry(fedsam, {"rho": 0.1}, 0.998, "Qu et al. 2022"),
-    "scaffold": Entry(scaffold, {}, 0.998, "Karimireddy et al. 2020"),
-    "feddyn": Entry(feddyn, {"lam": 0.1}, 0.9995, "Acar et al. 2021"),
-    "fedcm": Entry(fedcm, {"alpha": 0.1}, 0.998, "Xu et al. 2021"),
-    "fedprox": Entry(fedprox, {"mu": 0.01}, 0.998, "Li et al. 2020"),
-    "fedspeed": Entry(fedspeed, {"rho": 0.1, "lam": 0.1}, 0.998, "Sun et al. 2023 (FedSpeed)"),
-    "fedsmoo": Entry(fedsmoo, {"rho": 0.1, "lam": 0.1}, 0.998, "Sun et al. 2023 (FedSMOO)"),
-    "fedgamma": Entry(fedgamma, {"rho": 0.01}, 0.998, "Dai et al. 2023"),
-    "mofedsam": Entry(mofedsam, {"rho": 0.1, "alpha": 0.1}, 0.998, "Qu et al. 2022"),
+    "fedavg": Entry(fedavg, "FedAvg", 0.998, "McMahan et al. 2017"),
+    "fedadam": Entry(fedadam, "FedAdam", 0.998, "Reddi et al. 2021"),
+    "fedsam": Entry(fedsam, "FedSAM", 0.998, "Qu et al. 2022"),
+    "scaffold": Entry(scaffold, "SCAFFOLD", 0.998, "Karimireddy et al. 2020"),
+    "feddyn": Entry(feddyn, "FedDyn", 0.9995, "Acar et al. 2021"),
+    "fedcm": Entry(fedcm, "FedCM", 0.998, "Xu et al. 2021"),
+    "fedprox": Entry(fedprox, "FedProx", 0.998, "Li et al. 2020"),
+    "fedspeed": Entry(fedspeed, "FedSpeed", 0.998, "Sun et al. 2023 (FedSpeed)"),
+    "fedsmoo": Entry(fedsmoo, "FedSMOO", 0.998, "Sun et al. 2023 (FedSMOO)"),
+    "fedgamma": Entry(fedgamma, "FedGamma", 0.998, "Dai et al. 2023"),
+    "mofedsam": Entry(mofedsam, "MoFedSAM", 0.998, "Qu et al. 2022"),
+    "fedinit": Entry(fedinit, "FedInit", 0.998, "FedInit paper, Algorithm 1"),
 }
 
 
+def hparam_names() -> tuple:
+    """Every registered algorithm's hyperparameter names (the config's fields), in order."""
+    return tuple(dict.fromkeys(h for entry in REGISTRY.values() for h in entry.defaults))
+
+
 def get(name: str, loss_fn, **hparams):
-    """Build the registered algorithm `name` with its defaults overridden by hparams."""
+    """Build the registered algorithm `name`; hparams override the builder's defaults."""
     if name not in REGISTRY:
         raise ValueError(f"algorithm={name!r} is unknown; registered: {', '.join(REGISTRY)}")
-    entry = REGISTRY[name]
-    return entry.builder(loss_fn, **{**entry.defaults, **hparams})
+    return REGISTRY[name].builder(loss_fn, **hparams)
 
 
-__all__ = ["REGISTRY", "Entry", "get", "fedavg", "fedinit", "fedadam", "fedsam", "scaffold",
-           "feddyn", "fedcm", "fedprox", "fedspeed", "fedsmoo", "fedgamma", "mofedsam"]
+__all__ = ["REGISTRY", "Entry", "get", "hparam_names", "hyperparameters", "fedavg", "fedinit",
+           "fedadam", "fedsam", "scaffold", "feddyn", "fedcm", "fedprox", "fedspeed", "fedsmoo",
+           "fedgamma", "mofedsam"]

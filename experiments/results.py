@@ -9,11 +9,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fedinit_jax import algorithms, metrics
+from experiments import metrics
+from fedinit_jax import algorithms
 
-DISPLAY = {"fedavg": "FedAvg", "fedadam": "FedAdam", "fedsam": "FedSAM", "scaffold": "SCAFFOLD",
-           "feddyn": "FedDyn", "fedcm": "FedCM", "fedprox": "FedProx", "fedspeed": "FedSpeed",
-           "fedsmoo": "FedSMOO", "fedgamma": "FedGamma", "mofedsam": "MoFedSAM"}
 
 
 class Run(NamedTuple):
@@ -110,7 +108,7 @@ def base_algorithm(config) -> str:
 def base_name(config) -> str:
     """Display name of the base algorithm (FedInit counts as FedAvg)."""
     base = base_algorithm(config)
-    return DISPLAY.get(base, base)
+    return algorithms.REGISTRY[base].display if base in algorithms.REGISTRY else base
 
 
 def method(config) -> str:
