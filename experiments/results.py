@@ -13,7 +13,6 @@ from experiments import metrics
 from fedinit_jax import algorithms
 
 
-
 class Run(NamedTuple):
     path: str
     config: dict

@@ -37,7 +37,8 @@ def _parse(values, kind, field):
     try:
         return [kind(v) for v in values]
     except ValueError:
-        raise ValueError(f"--{field}={','.join(values)}: every entry must be a {kind.__name__}")
+        raise ValueError(f"--{field}={','.join(values)}: every entry must be a "
+                         f"{kind.__name__}") from None
 
 
 def cells(base: dict):
@@ -67,7 +68,8 @@ def main(argv):
     failure is one line naming the cell), 128 + signal when stopped by SIGTERM / SIGINT."""
     del argv
     logging.set_verbosity(logging.FATAL)  # orbax's logs; failures are reported per cell
-    from fedinit_jax import experiment, simulation, workdir as workdir_lib
+    from fedinit_jax import experiment, simulation
+    from fedinit_jax import workdir as workdir_lib
 
     if not FLAGS.results:
         print("error: --results is required", file=sys.stderr)

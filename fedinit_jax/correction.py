@@ -26,7 +26,8 @@ beta (w - w_i), which would feed back through c_i, h_i or d (the authors' code b
 state from p_i; with beta = 0 the two are the same). `delta_from` only decides how a
 FedAvg-type server moves w (round.py).
 """
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from fedinit_jax.types import Costs
 

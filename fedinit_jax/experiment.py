@@ -6,7 +6,8 @@ ValueError("config.<field>=...: what is allowed") before anything is loaded or c
 mapping with the keys of experiments/configs/default.py (an ml_collections ConfigDict there).
 """
 import math
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np

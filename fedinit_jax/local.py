@@ -13,7 +13,8 @@ For k = 0..K-1 on client i's k-th minibatch:
 The last three lines are an optax chain whose learning rate is a traced per-round scalar.
 Written for one client; the round maps it over the sampled clients.
 """
-from typing import Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +22,7 @@ import optax
 from jax import lax
 
 
-def client_optimizer(learning_rate, clip_norm: Optional[float], weight_decay: Optional[float]):
+def client_optimizer(learning_rate, clip_norm: float | None, weight_decay: float | None):
     """optax chain: clip_by_global_norm(clip) -> add_decayed_weights(wd) -> sgd(eta_l).
 
     clip_norm / weight_decay of None or 0 leave that stage out.

@@ -62,7 +62,7 @@ def make_apply(algo: FederatedAlgorithm, shared_input: bool = True):
             check_round_input(round_input, num_clients)
         else:
             for r in range(len(keys)):
-                check_round_input(jax.tree.map(lambda x: x[r], round_input), num_clients)
+                check_round_input(jax.tree.map(lambda x, r=r: x[r], round_input), num_clients)
         return vmapped(states, as_arrays(round_input), keys)
 
     return apply

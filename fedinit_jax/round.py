@@ -41,8 +41,7 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from fedinit_jax import execution as execution_lib
-from fedinit_jax import local
-from fedinit_jax import tree
+from fedinit_jax import local, tree
 from fedinit_jax.correction import NONE, Correction, LocalContext
 from fedinit_jax.types import FederatedAlgorithm, FedState, RoundInput
 

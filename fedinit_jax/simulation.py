@@ -25,7 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedinit_jax import data, distributed, experiment, workdir as workdir_lib
+from fedinit_jax import data, distributed, experiment
+from fedinit_jax import workdir as workdir_lib
 from fedinit_jax.checkpoint import Checkpointer
 from fedinit_jax.types import RoundInput
 from fedinit_jax.workdir import WorkdirError, WriteError, read_metrics  # noqa: F401 (API)

@@ -8,7 +8,8 @@ Every algorithm is a pure function pair (optax / fedjax style)::
 The state is a NamedTuple of arrays only; its structure, shapes and dtypes are the same
 after every round, so a run compiles once.
 """
-from typing import Any, Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 
@@ -33,7 +34,7 @@ class RoundInput(NamedTuple):
     client_ids: Array
     batches: PyTree
     local_lr: Array
-    mask: Optional[Array] = None
+    mask: Array | None = None
 
 
 class FedState(NamedTuple):

@@ -3,11 +3,11 @@ import jax
 import numpy as np
 import optax
 import pytest
-
 from conftest import NUM_CLIENTS, flat, linreg_loss, params_from
-from fedinit_jax import RoundInput, algorithms
 from numpy_reference import simulate
 from test_core import assert_matches, run
+
+from fedinit_jax import RoundInput, algorithms
 
 # (registry name, library hyperparameters, reference keyword arguments); strengths are
 # large so that a 1% error in any correction term moves the result past the 1e-5 tolerance.

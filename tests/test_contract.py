@@ -2,8 +2,8 @@
 import jax
 import numpy as np
 import pytest
-
 from conftest import counting
+
 from experiments import metrics
 from fedinit_jax import RoundInput, algorithms, models, tasks
 

@@ -70,7 +70,7 @@ def test_im2col_resnet_gradients_equal_stock_in_float64():
             def loss(p, model=model, x=x):
                 return -jnp.mean(jax.nn.log_softmax(model.apply(p, x))[jnp.arange(4), labels])
 
-            p = jax.tree.map(lambda a: a.astype(dtype), params)
+            p = jax.tree.map(lambda a, dtype=dtype: a.astype(dtype), params)
             grads[impl, dtype] = jax.tree.leaves(jax.jit(jax.grad(loss))(p))
 
         def worst(key):  # the largest error relative to its leaf's largest entry

@@ -3,10 +3,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from conftest import NUM_CLIENTS, counting, flat, linreg_loss, params_from
-from fedinit_jax import RoundInput, algorithms
 from numpy_reference import simulate
+
+from fedinit_jax import RoundInput, algorithms
 
 
 def run(algo, theta0, rounds, seed=0):

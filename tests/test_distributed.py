@@ -6,9 +6,9 @@ import socket
 import time
 
 import pytest
+from conftest import rows, train, without_timing
 
 from fedinit_jax import distributed
-from conftest import rows, train, without_timing
 
 # 4 clients per round, split 2 + 2 over the devices; SCAFFOLD + RI exercises every state slot
 BASE = ["--config.num_clients=8", "--config.participation=0.5", "--config.local_epochs=1",

@@ -4,12 +4,12 @@ import math
 import jax
 import numpy as np
 import pytest
-
 from conftest import DIM, NUM_CLIENTS, flat, linreg_loss, params_from
-from fedinit_jax import RoundInput, algorithms, data
 from numpy_reference import simulate
 from test_algorithms import CASES, stacked
 from test_core import assert_matches
+
+from fedinit_jax import RoundInput, algorithms, data
 
 SLOTS = 5  # the static client axis; every round below samples fewer
 ROUND_IDS = ([3], [0, 1, 2, 4], [1, 3], [0, 1, 2, 3])  # |S| = 1, 4, 2, 4 of C = 5

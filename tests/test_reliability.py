@@ -6,12 +6,12 @@ import time
 
 import numpy as np
 import pytest
+from conftest import QUIET, TINY, quiet_config, rows, train, without_timing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from experiments.configs import default
 from fedinit_jax import data, experiment, simulation
-from conftest import QUIET, TINY, quiet_config, rows, train, without_timing
 
 FAST = [*TINY[1:], "--config.rounds=6", "--config.eval_every=2"]
 SLOW = [*FAST, "--config.local_epochs=10"]  # rounds long enough to signal one mid-run

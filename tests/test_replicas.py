@@ -2,10 +2,10 @@
 import jax
 import numpy as np
 import pytest
-
 from conftest import NUM_CLIENTS, linreg_loss, params_from
-from fedinit_jax import RoundInput, algorithms, replicas
 from test_core import run
+
+from fedinit_jax import RoundInput, algorithms, replicas
 
 
 def test_beta_sweep_equals_separate_runs(linreg_rounds, theta0):

@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from experiments.report import report
 from experiments import results
+from experiments.report import report
 
 
 def write_run(folder, algorithm, beta, seed, accuracies, seconds=1.0, rounds=None):

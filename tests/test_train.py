@@ -8,8 +8,8 @@ import sys
 import time
 
 import pytest
-
 from conftest import QUIET, ROOT, TINY, quiet_config, rows, train, without_timing
+
 from fedinit_jax import simulation
 
 

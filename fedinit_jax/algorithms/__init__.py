@@ -8,20 +8,20 @@ parametrisation) is derived from it. A new method is one module here plus one RE
 (docs/algorithms.md, "Adding an algorithm").
 """
 import inspect
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 from fedinit_jax.algorithms.fedadam import fedadam
 from fedinit_jax.algorithms.fedavg import fedavg, fedinit
 from fedinit_jax.algorithms.fedcm import fedcm
 from fedinit_jax.algorithms.feddyn import feddyn
-from fedinit_jax.algorithms.fedprox import fedprox
 from fedinit_jax.algorithms.fedgamma import fedgamma
+from fedinit_jax.algorithms.fedprox import fedprox
 from fedinit_jax.algorithms.fedsam import fedsam
 from fedinit_jax.algorithms.fedsmoo import fedsmoo
 from fedinit_jax.algorithms.fedspeed import fedspeed
 from fedinit_jax.algorithms.mofedsam import mofedsam
 from fedinit_jax.algorithms.scaffold import scaffold
-
 
 # FedAvg's arguments that are not hyperparameters of a method: how the round is assembled
 # (correction, gradient, server_optimizer) and the options every method shares, which are

@@ -8,10 +8,10 @@ rho = 0.01 by default; rho = 0 is exactly SCAFFOLD.
 import functools
 
 from fedinit_jax import local
-from fedinit_jax.algorithms.scaffold import CORRECTION as SCAFFOLD
 from fedinit_jax.algorithms._checks import check_range
 from fedinit_jax.algorithms._compose import with_sam_buffer
 from fedinit_jax.algorithms.fedavg import fedavg
+from fedinit_jax.algorithms.scaffold import CORRECTION as SCAFFOLD
 
 
 def fedgamma(loss_fn, *, rho: float = 0.01, **options):

@@ -19,9 +19,9 @@ import jax
 import optax
 
 from fedinit_jax import local
-from fedinit_jax.algorithms.feddyn import correction as feddyn_correction
 from fedinit_jax.algorithms._checks import check_range
 from fedinit_jax.algorithms.fedavg import fedavg
+from fedinit_jax.algorithms.feddyn import correction as feddyn_correction
 from fedinit_jax.correction import Correction, LocalContext
 from fedinit_jax.tree import client_mean, zeros_like
 from fedinit_jax.types import Costs

@@ -10,10 +10,10 @@ rho = 0.1, lam = 0.1 by default; rho = 0 is exactly FedDyn.
 import functools
 
 from fedinit_jax import local
-from fedinit_jax.algorithms.feddyn import correction as feddyn_correction
 from fedinit_jax.algorithms._checks import check_range
 from fedinit_jax.algorithms._compose import with_sam_buffer
 from fedinit_jax.algorithms.fedavg import fedavg
+from fedinit_jax.algorithms.feddyn import correction as feddyn_correction
 
 
 def fedspeed(loss_fn, *, rho: float = 0.1, lam: float = 0.1, **options):

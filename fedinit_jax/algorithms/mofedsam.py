@@ -8,10 +8,10 @@ rho = 0.1, alpha = 0.1 by default; rho = 0 is exactly FedCM.
 import functools
 
 from fedinit_jax import local
-from fedinit_jax.algorithms.fedcm import correction as fedcm_correction
 from fedinit_jax.algorithms._checks import check_range
 from fedinit_jax.algorithms._compose import with_sam_buffer
 from fedinit_jax.algorithms.fedavg import fedavg
+from fedinit_jax.algorithms.fedcm import correction as fedcm_correction
 
 
 def mofedsam(loss_fn, *, rho: float = 0.1, alpha: float = 0.1, **options):

@@ -2,9 +2,14 @@
 per-round inputs and on-device augmentation. Everything but augmentation is host numpy."""
 from fedinit_jax.data.augment import augment, normalize
 from fedinit_jax.data.embedded import load_digits
+from fedinit_jax.data.participation import (
+                                            PARTICIPATION_MODES,
+                                            bernoulli_bound,
+                                            pad,
+                                            sample_bernoulli,
+                                            sample_clients,
+)
 from fedinit_jax.data.partition import dirichlet, iid, pathological, save_heatmap, summarize
-from fedinit_jax.data.participation import (PARTICIPATION_MODES, bernoulli_bound, pad,
-                                            sample_bernoulli, sample_clients)
 from fedinit_jax.data.shards import ClientShards, build_shards, round_batches, steps_per_epoch
 from fedinit_jax.data.tfds_source import load
 

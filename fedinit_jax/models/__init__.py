@@ -4,13 +4,14 @@
     params = model.init(key, (32, 32, 3))
     logits = model.apply(params, images)        # images [B, H, W, C] float32
 """
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from fedinit_jax.models.cnn import CNN
-from fedinit_jax.models.conv import IMPLEMENTATIONS as CONV_IMPLEMENTATIONS
+from fedinit_jax.models.conv import IMPLEMENTATIONS as CONV_IMPLEMENTATIONS  # noqa: F401
 from fedinit_jax.models.conv import conv_fn
 from fedinit_jax.models.mlp import MLP
 from fedinit_jax.models.resnet import ResNet18GN

@@ -4,7 +4,8 @@ conv5x5(64, valid)-relu-maxpool2 - conv5x5(64, valid)-relu-maxpool2 - fc384-relu
 fc(classes). PyTorch-default initialisation (uniform, bound 1/sqrt(fan_in)) as the reference.
 `width` scales every hidden size (a smaller documented variant for CPU studies).
 """
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import flax.linen as nn
 
@@ -15,7 +16,7 @@ from fedinit_jax.models.pool import max_pool_2x2
 class CNN(nn.Module):
     num_classes: int = 10
     width: float = 1.0
-    conv: Optional[Callable[..., Any]] = None  # None: lax.conv_general_dilated
+    conv: Callable[..., Any] | None = None  # None: lax.conv_general_dilated
 
     @nn.compact
     def __call__(self, x):

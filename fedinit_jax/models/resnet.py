@@ -5,7 +5,8 @@
 `resnet18_gn_cifar` uses the CIFAR stem (3x3/1 conv, no max-pool) with the same blocks.
 Every norm is GroupNorm(2 groups); convs are Kaiming-normal (fan-out) like torchvision.
 """
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -26,7 +27,7 @@ def _norm():
 class BasicBlock(nn.Module):
     features: int
     stride: int = 1
-    conv: Optional[Callable[..., Any]] = None
+    conv: Callable[..., Any] | None = None
 
     @nn.compact
     def __call__(self, x):
@@ -40,7 +41,7 @@ class BasicBlock(nn.Module):
 class ResNet18GN(nn.Module):
     num_classes: int = 10
     imagenet_stem: bool = True
-    conv: Optional[Callable[..., Any]] = None  # None: lax.conv_general_dilated
+    conv: Callable[..., Any] | None = None  # None: lax.conv_general_dilated
 
     @nn.compact
     def __call__(self, x):

@@ -5,7 +5,8 @@ normalisation (no BatchNorm anywhere in this library); classifier 512-512-512-cl
 ReLU. The reference's dropout layers are left out so that params are the only state and a
 round is deterministic given its key. 9,750,922 parameters for 10 classes.
 """
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import flax.linen as nn
 
@@ -17,7 +18,7 @@ VGG11 = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
 
 class VGG11Net(nn.Module):
     num_classes: int = 10
-    conv: Optional[Callable[..., Any]] = None  # None: lax.conv_general_dilated
+    conv: Callable[..., Any] | None = None  # None: lax.conv_general_dilated
 
     @nn.compact
     def __call__(self, x):
