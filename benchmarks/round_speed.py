@@ -472,7 +472,7 @@ def main():
     args = parser.parse_args()
     if args.smoke:
         args.clients, args.steps, args.batch, args.repeats = 2, 1, 2, 1
-        args.width = 0.125 if args.model == "cnn" else args.width
+        args.model = "mlp" if args.model == "cnn" else args.model  # every table, compiled fast
         args.variants = ["sequential:auto:2", "vmap:xla:1"]
         args.naive_convs = args.naive_convs[:1]
         args.algorithms = args.algorithms[:3]

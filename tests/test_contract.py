@@ -1,4 +1,5 @@
-"""The contract every registered algorithm keeps, on a small CNN with image batches."""
+"""The contract every registered algorithm keeps, on a tiny MLP with image batches (uint8,
+augmented: the image task's loss); the convolutions have their own tests (test_conv.py)."""
 import jax
 import numpy as np
 import pytest
@@ -12,14 +13,14 @@ NUM_CLIENTS, N, K, B = 4, 2, 2, 4
 
 @pytest.fixture(scope="module")
 def cnn_task():
-    model = models.get("cnn", num_classes=10, width=0.125)
-    params = model.init(jax.random.key(0), (32, 32, 3))
+    model = models.get("mlp", num_classes=10, width=0.125)
+    params = model.init(jax.random.key(0), (8, 8, 3))
     loss_fn = tasks.classification_loss(model.apply, [0.5] * 3, [0.25] * 3, augment=True)
     rng = np.random.default_rng(0)
     rounds = []
     for t in range(3):
         ids = np.sort(rng.choice(NUM_CLIENTS, N, replace=False)).astype(np.int32)
-        images = rng.integers(0, 256, (N, K, B, 32, 32, 3), dtype=np.uint8)
+        images = rng.integers(0, 256, (N, K, B, 8, 8, 3), dtype=np.uint8)
         labels = rng.integers(0, 10, (N, K, B)).astype(np.int32)
         rounds.append(RoundInput(ids, (images, labels), np.float32(0.1 * 0.998 ** t)))
     return loss_fn, params, rounds

@@ -54,15 +54,14 @@ def test_cnn_gradients_equal_across_conv_implementations(conv):  # ResNet: below
 
 def test_im2col_resnet_gradients_equal_stock_in_float64():
     """The whole ImageNet-stem ResNet-18-GN: im2col's gradients equal XLA's convolution's in
-    float64 (so any float32 gap is rounding, not a different function), and in float32 they
-    are within float32 rounding of the float64 gradients."""
+    float64: the same function, so any float32 gap is rounding (in float32 both are ~1.5e-6
+    of each leaf's largest entry from the float64 gradients, measured once)."""
     rng = np.random.default_rng(0)
     images = rng.normal(size=(4, 32, 32, 3))
     labels = np.arange(4)
     with jax.enable_x64(True):
         grads = {}
-        for impl, dtype in [("xla", jnp.float64), ("im2col", jnp.float64),
-                            ("im2col", jnp.float32)]:
+        for impl, dtype in [("xla", jnp.float64), ("im2col", jnp.float64)]:
             model = models.get("resnet18_gn", 10, conv=impl)
             params = model.init(jax.random.key(0), (32, 32, 3))
             x = jnp.asarray(images, dtype)
@@ -77,8 +76,7 @@ def test_im2col_resnet_gradients_equal_stock_in_float64():
             return max(float(np.max(np.abs(np.asarray(a, np.float64) - b)) / np.max(np.abs(b)))
                        for a, b in zip(grads[key], grads["xla", jnp.float64]))
 
-        assert worst(("im2col", jnp.float64)) < 1e-12
-        assert worst(("im2col", jnp.float32)) < 1e-4  # measured 1.3e-6, XLA's conv 1.6e-6
+        assert worst(("im2col", jnp.float64)) < 1e-12  # measured 4e-15
 
 
 def test_unknown_conv():

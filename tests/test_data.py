@@ -21,12 +21,12 @@ def cache_dir(tmp_path_factory):
 @pytest.mark.skipif(not os.path.isdir(os.path.join(SHARED_TFDS, "cifar10")),
                     reason="the prepared CIFAR-10 TFDS dir ../shared/tfds is not here")
 def test_real_cifar10(cache_dir):
-    train_x, train_y, k = data.load("cifar10", "train", data_dir=SHARED_TFDS, cache_dir=cache_dir)
-    test_x, test_y, _ = data.load("cifar10", "test", data_dir=SHARED_TFDS, cache_dir=cache_dir)
-    assert k == 10 and train_x.shape == (50000, 32, 32, 3) and test_x.shape == (10000, 32, 32, 3)
-    assert train_x.dtype == np.uint8 and train_y.dtype == np.int32
-    np.testing.assert_array_equal(np.bincount(train_y), np.full(10, 5000))
-    np.testing.assert_allclose((train_x / 255.0).mean((0, 1, 2)), [0.4914, 0.4822, 0.4465],
+    """The real test split (the train split goes through the same code: 5x the decoding)."""
+    test_x, test_y, k = data.load("cifar10", "test", data_dir=SHARED_TFDS, cache_dir=cache_dir)
+    assert k == 10 and test_x.shape == (10000, 32, 32, 3)
+    assert test_x.dtype == np.uint8 and test_y.dtype == np.int32
+    np.testing.assert_array_equal(np.bincount(test_y), np.full(10, 1000))
+    np.testing.assert_allclose((test_x / 255.0).mean((0, 1, 2)), [0.4941, 0.4851, 0.4504],
                                atol=1e-3)
     again_x, again_y, _ = data.load("cifar10", "test", data_dir=SHARED_TFDS, cache_dir=cache_dir)
     np.testing.assert_array_equal(again_x, test_x)  # from the cache this time

@@ -20,17 +20,12 @@ SMALL = quiet_config()
 SMALL6 = quiet_config(rounds=6)  # the in-process twin of FAST
 
 
-def _reference(tmp_path_factory, overrides):
-    workdir = tmp_path_factory.mktemp("reference")
-    result = train(workdir, *overrides)
-    assert result.returncode == 0, result.stderr
-    return without_timing(rows(workdir))
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """An uninterrupted run of SLOW: its metrics rows."""
-    return _reference(tmp_path_factory, SLOW)
+    """An uninterrupted run of SLOW (in-process: the same numbers as the binary's)."""
+    workdir = tmp_path_factory.mktemp("reference")
+    simulation.run(quiet_config(rounds=6, local_epochs=10), str(workdir), **QUIET)
+    return without_timing(rows(workdir))
 
 
 class _Fault(Exception):

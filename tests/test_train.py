@@ -30,9 +30,11 @@ def test_end_to_end_metrics_fields(tmp_path):
 
 
 def test_sigkill_then_resume_is_bit_identical(tmp_path):
+    """The binary killed mid-run (SIGKILL: no cleanup), then resumed by the same command,
+    equals an uninterrupted run (in-process: the same numbers)."""
     slow = [*TINY[1:], "--config.rounds=8", "--config.local_epochs=40"]
     reference = tmp_path / "reference"
-    assert train(reference, *slow).returncode == 0
+    simulation.run(quiet_config(rounds=8, local_epochs=40), str(reference), **QUIET)
     killed = tmp_path / "killed"
     proc = train(killed, *slow, wait=False)
     metrics = killed / "metrics.jsonl"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPU CIFAR-10 study: every cell of the README's "Does relaxed initialization help?".
+# The CPU CIFAR-10 study: every cell of docs/study.md (the README's "Does relaxed initialization help?").
 # Resumable: rerun the same command and finished cells are skipped, unfinished ones resume.
 #   TFDS_DATA_DIR=../shared/tfds bash results/cpu_cifar10/run_study.sh [RESULTS_DIR [--config.FIELD=VALUE ...]]
 # Extra arguments go to every sweep (e.g. --config.rounds=80 extends every finished cell).
@@ -8,7 +8,7 @@
 # delta_from (the authors' rule, fedinit_jax/correction.py); cells made before that fix were
 # re-run (SCAFFOLD/FedDyn/FedCM +RI, and every FedDyn cell for the authors' clip form).
 # The committed study stopped before seed 1's 5-epoch cells (the session's budget): they
-# are the only cells of this grid not in results/cpu_cifar10 (README, tests/test_study.py).
+# are the only cells of this grid not in results/cpu_cifar10 (docs/study.md, tests/test_study.py).
 set -euo pipefail
 out=${1:-results/cpu_cifar10}
 shift || true
