@@ -1,8 +1,9 @@
 """The plug-in through which every baseline changes the one shared round.
 
 FedAvg is the empty correction. SCAFFOLD, FedDyn, FedCM and FedProx are small pure functions
-filling some of these slots (docs/algorithms.md, "The methods"); FedSAM swaps the gradient function
-instead, and relaxed initialization (RI) is an option of every algorithm, not a correction.
+filling some of these slots (docs/algorithms.md, "The methods"); FedSAM swaps the gradient
+function instead, and relaxed initialization (RI) is an option of every algorithm, not a
+correction.
 
 Slots (all pure; `ctx` is one client's LocalContext):
   init_server(w) -> server_extra                  e.g. SCAFFOLD's c = 0

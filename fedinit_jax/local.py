@@ -1,5 +1,5 @@
-"""The one shared local update every algorithm runs on a client (docs/algorithms.md, "The shared
-local step"; paper Algorithm 1 lines 7-10).
+"""The one shared local update every algorithm runs on a client (docs/algorithms.md, "The
+shared local step"; paper Algorithm 1 lines 7-10).
 
 For k = 0..K-1 on client i's k-th minibatch:
 

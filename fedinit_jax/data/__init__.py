@@ -3,11 +3,11 @@ per-round inputs and on-device augmentation. Everything but augmentation is host
 from fedinit_jax.data.augment import augment, normalize
 from fedinit_jax.data.embedded import load_digits
 from fedinit_jax.data.participation import (
-                                            PARTICIPATION_MODES,
-                                            bernoulli_bound,
-                                            pad,
-                                            sample_bernoulli,
-                                            sample_clients,
+    PARTICIPATION_MODES,
+    bernoulli_bound,
+    pad,
+    sample_bernoulli,
+    sample_clients,
 )
 from fedinit_jax.data.partition import dirichlet, iid, pathological, save_heatmap, summarize
 from fedinit_jax.data.shards import ClientShards, build_shards, round_batches, steps_per_epoch

@@ -5,9 +5,9 @@
 Reads with `tfds.data_source` (array_record, no TensorFlow), honouring TFDS_DATA_DIR or
 `data_dir`. The decoded arrays are cached as .npy files under `cache_dir` (default
 $FEDINIT_CACHE_DIR or ~/.cache/fedinit_jax), keyed by dataset, version and split, so the
-second load skips the PNG decoding. The TFDS dir itself
-is only read. With internet, `download=True` lets TFDS download and prepare a dataset (some
-datasets need TensorFlow installed for that one preparation step).
+second load skips the PNG decoding. The TFDS dir itself is only read. With internet,
+`download=True` lets TFDS download and prepare a dataset (some datasets need TensorFlow
+installed for that one preparation step).
 """
 import os
 

@@ -1,7 +1,6 @@
 """Convolution formulations: XLA's stock convolution, or ones that run as matmuls on CPU.
 
-`im2col_conv` ("im2col", the CPU default) is every convolution as one GEMM over an im2col
-view:
+`im2col_conv` ("im2col") is every convolution as one GEMM over an im2col view:
 
     y[b, p, q, :] = concat_{i, j} x_pad[b, s p + i, s q + j, :]  @  W.reshape(kh kw Cin, Cout)
 
