@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The speed suite on this project's 2-core CPU machine, in one run (~15 minutes). Run it on a
+# The speed suite on this project's 2-core CPU machine, in one run (~17 minutes). Run it on a
 # quiet machine: nothing else on the cores. Writes OUTPUT_DIR/RESULTS_cpu_latest.md.
 #
 #   bash benchmarks/cpu.sh [OUTPUT_DIR]
