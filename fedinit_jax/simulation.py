@@ -187,8 +187,8 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop):
     log(_state_memory_line(state, config["num_clients"]))
     checkpointer = Checkpointer(workdir, keep=config["keep_checkpoints"], log=log)
     start, restored = checkpointer.restore(state)
-    if start:  # own buffers: the round donates its state (restored arrays may share memory)
-        state = jax.tree.map(jnp.copy, restored)
+    if start:
+        state = restored
         log(f"resumed from the checkpoint after round {start}")
     rows = read_metrics(workdir, upto_round=start)
     if len(rows) < start:  # rows 1..start must all be there: never a silent hole
