@@ -10,9 +10,9 @@ convolutions its FLOPs (2 x output elements x contracted size), hence its GFLOP/
 per conv implementation, a table by kind and the top ops, with the share of the summed op
 time. XLA:CPU runs some thunks (plain dots) asynchronously, so their event covers only the
 dispatch: a rate above the matmul peak measured in the run is shown as "async" (its time is
-then missing from the sums). Timings are from one profiled call after a warm-up (the profiler slows ops down, so only
-the shares compare across rows; the unprofiled wall time is printed too): run it on a
-quiet machine.
+then missing from the sums). Timings are from one profiled call after a warm-up (the profiler
+slows ops down, so only the shares compare across rows; the unprofiled wall time is printed
+too): run it on a quiet machine.
 """
 import argparse
 import collections
@@ -60,7 +60,7 @@ def parse_hlo(text):
 
 def _flops(name, ops):
     """FLOPs of one dot or convolution instruction (2 x outputs x contracted size)."""
-    opcode, shape, rest, comp = ops[name]
+    opcode, shape, rest, _ = ops[name]
     operands = re.findall(r"%([\w.\-]+)", rest.split(")")[0])
     out = math.prod(_dims(shape))
     if opcode == "dot":
@@ -141,6 +141,7 @@ def tables(model_name, conv, steps, batch, top, peak):
         by_kind[kind][0] += s
         by_kind[kind][1] += flops
         rows.append((s, kind, source, flops))
+
     def gflops(flops, seconds):
         if not flops:
             return "-"

@@ -24,6 +24,7 @@ import platform
 import statistics
 import sys
 import time
+import types
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from experiments.cli import use_all_cpu_cores  # noqa: E402
@@ -93,12 +94,16 @@ class LibraryRound:
         jax.block_until_ready((self.state.params, metrics))
 
 
+def account_bytes(m):
+    """XLA's memory account of a compiled call: arguments + outputs + temporaries - aliased."""
+    return (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+            - m.alias_size_in_bytes)
+
+
 def compiled_bytes(jitted, *args):
     """XLA's memory account of one compiled call (per device), or None where unavailable."""
     try:
-        m = jitted.lower(*args).compile().memory_analysis()
-        return (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
-                - m.alias_size_in_bytes)
+        return account_bytes(jitted.lower(*args).compile().memory_analysis())
     except Exception:  # some backends / versions do not report it
         return None
 
@@ -200,14 +205,15 @@ def torch_round(model_name, inp):
         import torch
     except ImportError:
         return None
-    if torch_model(model_name) is None:
-        return None
     torch.manual_seed(0)
+    global_model = torch_model(model_name)
+    if global_model is None:
+        return None
     images, labels = inp.batches
     device = torch.device(TORCH_DEVICE)
     x_all = _torch_images(images).to(device)
     y_all = torch.from_numpy(labels).long().to(device)
-    global_model = torch_model(model_name).to(device)
+    global_model = global_model.to(device)
 
     class Round:
         compile_seconds = 0.0
@@ -239,6 +245,7 @@ def torch_round(model_name, inp):
 
 
 def time_round_robin(variants, repeats):
+    """{name: median seconds of variant.step()}, one call of each in turn per repeat."""
     times = {name: [] for name in variants}
     for _ in range(repeats):
         for name, variant in variants.items():
@@ -403,11 +410,8 @@ def evaluation_table(args, test_size=10_000):
 
         runs[f"PyTorch {torch.__version__} (no_grad)"] = torch_evaluate
     first = {name: _timed(run) for name, run in runs.items()}
-    times = {name: [] for name in runs}
-    for _ in range(args.repeats):
-        for name, run in runs.items():
-            times[name].append(_timed(run))
-    medians = {name: statistics.median(ts) for name, ts in times.items()}
+    medians = time_round_robin({name: types.SimpleNamespace(step=run)
+                                for name, run in runs.items()}, args.repeats)
     torch_name = next((n for n in runs if n.startswith("PyTorch")), None)
     header = [f"evaluation of {test_size:,} images", "s", "images/s", "vs PyTorch",
               "first call (compile) s"]
@@ -432,8 +436,7 @@ def memory_table(args):
     for donate in (False, True):
         jitted = jax.jit(algo.round_fn, donate_argnums=(0,) if donate else ())
         m = jitted.lower(state, inp, jax.random.key(1)).compile().memory_analysis()
-        total = (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
-                 - m.alias_size_in_bytes)
+        total = account_bytes(m)
         rows.append(["donated" if donate else "not donated", _mib(state_bytes),
                      _mib(m.argument_size_in_bytes), _mib(m.output_size_in_bytes),
                      _mib(m.alias_size_in_bytes), _mib(m.temp_size_in_bytes), _mib(total),

@@ -115,6 +115,13 @@ def _pads(lhs, rhs, window_strides, padding):
     return tuple(tuple(int(p) for p in pair) for pair in padding)
 
 
+def _output_size(lhs, rhs, window_strides, pads):
+    """(H_out, W_out) of an NHWC/HWIO convolution with explicit pads."""
+    (top, bottom), (left, right) = pads
+    return ((lhs.shape[1] + top + bottom - rhs.shape[0]) // window_strides[0] + 1,
+            (lhs.shape[2] + left + right - rhs.shape[1]) // window_strides[1] + 1)
+
+
 def im2col_conv(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
                 dimension_numbers=None, feature_group_count=1, precision=None, **kwargs):
     """`lax.conv_general_dilated` as one GEMM over an im2col view (module docstring); falls
@@ -124,13 +131,13 @@ def im2col_conv(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilati
         return lax.conv_general_dilated(
             lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation, dimension_numbers,
             feature_group_count, precision=precision, **kwargs)
-    (top, bottom), (left, right) = _pads(lhs, rhs, window_strides, padding)
+    pads = _pads(lhs, rhs, window_strides, padding)
     kh, kw, cin, cout = rhs.shape
     sh, sw = window_strides
+    out_h, out_w = _output_size(lhs, rhs, window_strides, pads)
     x = lhs
-    if top or bottom or left or right:
-        x = jnp.pad(lhs, ((0, 0), (top, bottom), (left, right), (0, 0)))
-    out_h, out_w = (x.shape[1] - kh) // sh + 1, (x.shape[2] - kw) // sw + 1
+    if any(p for pair in pads for p in pair):
+        x = jnp.pad(lhs, ((0, 0), *pads, (0, 0)))
     cols = [x[:, i:i + (out_h - 1) * sh + 1:sh, j:j + (out_w - 1) * sw + 1:sw, :]
             for i in range(kh) for j in range(kw)]
     patches = cols[0] if len(cols) == 1 else jnp.concatenate(cols, axis=-1)
@@ -142,9 +149,8 @@ def im2col_conv(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilati
 
 def cpu_conv(lhs, rhs, window_strides, padding, *args, **kwargs):
     """`fast_conv` for outputs of >= FAST_MIN_POSITIONS positions, else `im2col_conv`."""
-    (top, bottom), (left, right) = _pads(lhs, rhs, window_strides, padding)
-    out_h = (lhs.shape[1] + top + bottom - rhs.shape[0]) // window_strides[0] + 1
-    out_w = (lhs.shape[2] + left + right - rhs.shape[1]) // window_strides[1] + 1
+    out_h, out_w = _output_size(lhs, rhs, window_strides,
+                                _pads(lhs, rhs, window_strides, padding))
     conv = fast_conv if out_h * out_w >= FAST_MIN_POSITIONS else im2col_conv
     return conv(lhs, rhs, window_strides, padding, *args, **kwargs)
 
