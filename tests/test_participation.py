@@ -4,7 +4,7 @@ import math
 import jax
 import numpy as np
 import pytest
-from conftest import DIM, NUM_CLIENTS, flat, linreg_loss, params_from
+from conftest import DIM, NUM_CLIENTS, QUIET, flat, linreg_loss, params_from
 from numpy_reference import simulate
 from test_algorithms import CASES, stacked
 from test_core import assert_matches
@@ -146,10 +146,9 @@ def test_bernoulli_run_through_the_loop_resumes_exactly(tmp_path):
     config = {**default.get_config().to_dict(), "participation_mode": "bernoulli",
               "algorithm": "feddyn", "beta": 0.1, "rounds": 6, "local_epochs": 1,
               "eval_every": 3, "checkpoint_every": 3}
-    quiet = {"log": lambda line: None, "progress": False}
-    whole = simulation.run(config, str(tmp_path / "whole"), **quiet)
-    simulation.run({**config, "rounds": 3}, str(tmp_path / "split"), **quiet)
-    split = simulation.run(config, str(tmp_path / "split"), **quiet)
+    whole = simulation.run(config, str(tmp_path / "whole"), **QUIET)
+    simulation.run({**config, "rounds": 3}, str(tmp_path / "split"), **QUIET)
+    split = simulation.run(config, str(tmp_path / "split"), **QUIET)
     sizes = [row["clients"] for row in whole]
     assert len(set(sizes)) > 1 and min(sizes) >= 1  # |S| varies, never empty
     for a, b in zip(whole, split):

@@ -92,7 +92,7 @@ def test_sigterm_checkpoints_at_round_boundary_and_exits(tmp_path, reference):
 
 
 def test_corrupted_latest_checkpoint_falls_back(tmp_path, small_reference):
-    simulation.run({**SMALL6, "rounds": 4}, str(tmp_path), **QUIET)
+    simulation.run(SMALL, str(tmp_path), **QUIET)
     latest = tmp_path / "checkpoints" / "4"
     for root, _, files in os.walk(latest):
         for name in files:

@@ -152,15 +152,12 @@ def test_divergence_guard_after_good_rounds(tmp_path):
 
 def test_every_registered_algorithm_runs_through_the_loop_and_report(tmp_path):
     """All registered names train (in-process, 2 rounds each) and appear in the report."""
-    from experiments.configs import default
     from experiments.report import report
-    from fedinit_jax import algorithms, simulation
+    from fedinit_jax import algorithms
 
-    base = {**default.get_config().to_dict(), "rounds": 2, "num_clients": 8,
-            "participation": 0.5, "local_epochs": 1, "eval_every": 1, "checkpoint_every": 0}
+    base = quiet_config(rounds=2, eval_every=1, checkpoint_every=0)
     for name in algorithms.REGISTRY:
-        got = simulation.run({**base, "algorithm": name}, str(tmp_path / name),
-                             log=lambda line: None, progress=False)
+        got = simulation.run({**base, "algorithm": name}, str(tmp_path / name), **QUIET)
         assert [r["round"] for r in got] == [1, 2] and "test_accuracy" in got[-1], name
     text = report([str(tmp_path)], str(tmp_path / "report"), window=1, last=2)
     for shown in ("FedAvg", "FedInit", "SCAFFOLD", "FedDyn", "FedCM", "FedSAM", "FedAdam",
