@@ -107,7 +107,7 @@ def profile(model_name, conv, steps, batch):
     model = models.get(model_name, 10, conv=conv)
     params = model.init(jax.random.key(0), (32, 32, 3))
     loss = tasks.classification_loss(model.apply, MEAN, STD, augment=True)
-    algo = algorithms.get("fedavg", loss, execution="sequential")
+    algo = algorithms.get("fedavg", loss).with_runtime(execution="sequential")
     state = algo.init(params, num_clients=1)
     inp = round_data(1, steps, batch)
     compiled = jax.jit(algo.round_fn).lower(state, inp, jax.random.key(1)).compile()

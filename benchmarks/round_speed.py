@@ -79,8 +79,8 @@ class LibraryRound:
         model = get_model(model_name, conv)
         params = model.init(jax.random.key(0), (32, 32, 3))
         loss = tasks.classification_loss(model.apply, MEAN, STD, augment=True)
-        self.algo = algorithms.get(algorithm, loss, execution=execution, chunk_size=chunk,
-                                   num_devices=num_devices, **hparams)
+        self.algo = algorithms.get(algorithm, loss, **hparams).with_runtime(
+            execution=execution, chunk_size=chunk, num_devices=num_devices)
         self.state = self.algo.init(params, num_clients=len(inp.client_ids))
         self.inp = inp
         t0 = time.perf_counter()
@@ -323,7 +323,7 @@ class ReplicaRounds:
         model = get_model(model_name, "auto")
         params = model.init(jax.random.key(0), (32, 32, 3))
         loss = tasks.classification_loss(model.apply, MEAN, STD, augment=True)
-        algo = algorithms.get("fedavg", loss, execution=execution)
+        algo = algorithms.get("fedavg", loss).with_runtime(execution=execution)
         self.states = replicas.init(algo, params, len(inp.client_ids), betas=betas)
         self.apply, self.inp = replicas.make_apply(algo, shared_input=True), inp
         self.keys = jax.random.split(jax.random.key(1), len(betas))
@@ -432,7 +432,7 @@ def memory_table(args):
     model = get_model(args.model, "auto")
     params = model.init(jax.random.key(0), (32, 32, 3))
     loss = tasks.classification_loss(model.apply, MEAN, STD, augment=True)
-    algo = algorithms.get("fedavg", loss, execution="sequential")
+    algo = algorithms.get("fedavg", loss).with_runtime(execution="sequential")
     state = jax.eval_shape(lambda p: algo.init(p, num_clients=args.state_clients), params)
     state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))
     rows = []

@@ -1,82 +1,193 @@
 """The plug-in through which every baseline changes the one shared round.
 
-FedAvg is the empty correction. SCAFFOLD, FedDyn, FedCM and FedProx are small pure functions
-filling some of these slots (docs/algorithms.md, "The methods"); FedSAM swaps the gradient
-function instead, and relaxed initialization (RI) is an option of every algorithm, not a
-correction.
+A Correction has a client side (ClientCorrection: init, gradient, finalize), a server side
+(ServerCorrection: init, update), optionally its own local gradient rule (SAM's), and the
+Costs it adds. FedAvg is the empty Correction; SCAFFOLD, FedDyn, FedCM and FedProx fill a few
+slots (docs/algorithms.md, "The methods"); SAM is a Correction that only swaps the gradient,
+and `compose(base, extra)` stacks two of them, so FedSpeed = compose(FedDyn, SAM), FedGamma =
+compose(SCAFFOLD, SAM), MoFedSAM = compose(FedCM, SAM), FedSMOO = compose(FedDyn, SMOO).
+Relaxed initialization (RI) is an option of every algorithm, not a correction.
 
-Slots (all pure; `ctx` is one client's LocalContext):
-  init_server(w) -> server_extra                  e.g. SCAFFOLD's c = 0
-  init_client(w) -> one client's extra            e.g. c_i = 0, h_i = 0 (stacked over C)
-  gradient(g, w_k, ctx) -> g                      added to the local gradient at iterate w_k,
-      before clipping
-  decay: float                                    added to the weight decay after clipping
-      (FedDyn's lam, FedProx's mu: the authors' clip form, see feddyn.py)
-  client_update(ctx, p_i, steps_lr, carry) -> extra   after local training;
-      p_i = w_iK - w_i0, the local progress; steps_lr = K * eta_l; carry = the gradient's
-      final per-client carry (FedSMOO's mu_i)
-  server_update(server_extra, old_S, new_S, mean_p, steps_lr, num_clients, weights)
-      -> server_extra; mean_p = mean_S(p_i); weights [N]: 1 for a sampled client, 0 for a
-      padded slot (Bernoulli participation), which must not count
-  global_model(w_candidate, mean_w_end, server_extra, client_extra_all) -> w
-      w_candidate = w after the server optimizer step; FedDyn replaces it.
+Each algorithm keeps its state in NamedTuples of its own (SCAFFOLD: ScaffoldState(c) on the
+server, ScaffoldClientState(c_i) per client, stacked over C in FedState.client_state).
 
 Every correction state is built from the local progress p_i = w_iK - w_i0, never from the
 server's delta_i: under relaxed initialization w_iK - w also holds the RI offset
 beta (w - w_i), which would feed back through c_i, h_i or d (the authors' code builds every
 state from p_i; with beta = 0 the two are the same). `delta_from` only decides how a
-FedAvg-type server moves w (round.py).
+FedAvg-type server moves w (federated_round.py).
 """
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
-from fedinit_jax.types import Costs
+from fedinit_jax.types import Array, Costs, Params, PyTree
 
 
 class LocalContext(NamedTuple):
     """What a client's correction may read during local training.
 
     w_global: w, the global model sent down. w_start: w_i0, the (relaxed) start point.
-    server_extra: the server's algorithm state as sent down. client_extra: this client's.
+    server_state: the correction's server state as sent down. client_state: this client's.
     """
 
-    w_global: Any
-    w_start: Any
-    server_extra: Any
-    client_extra: Any
+    w_global: Params
+    w_start: Params
+    server_state: PyTree
+    client_state: PyTree
 
 
-def _no_state(_params):
+class ServerInput(NamedTuple):
+    """What the server side of a correction reads after the clients' local training.
+
+    w_candidate: w after the server optimizer's step on -mean_S(delta_i).
+    mean_w_end: mean_S(w_iK).  mean_progress: mean_S(p_i), p_i = w_iK - w_i0.
+    lr_sum: K * eta_l, the sum of the round's K local step sizes.
+    old_clients / new_clients: the sampled clients' states before / after the round, [N, ...].
+    all_clients: every client's state after the round, [C, ...] (float32).
+    num_clients: C.  weights: None, or [N]: 1 for a sampled client, 0 for a padded slot
+      (Bernoulli participation), which must not count.
+    """
+
+    w_candidate: Params
+    mean_w_end: Params
+    mean_progress: Params
+    lr_sum: Array
+    old_clients: PyTree
+    new_clients: PyTree
+    all_clients: PyTree
+    num_clients: int
+    weights: Array | None
+
+
+class InitFn(Protocol):
+    def __call__(self, params: Params) -> PyTree: ...
+
+
+class GradientFn(Protocol):
+    """g -> the corrected g at iterate w_k (before clipping)."""
+
+    def __call__(self, g: Params, w_k: Params, ctx: LocalContext) -> Params: ...
+
+
+class FinalizeFn(Protocol):
+    """A client's new state after training; carry is the gradient rule's final carry."""
+
+    def __call__(self, ctx: LocalContext, progress: Params, lr_sum: Array,
+                 carry: PyTree) -> PyTree: ...
+
+
+class ServerUpdateFn(Protocol):
+    """(new server state, the new global model w)."""
+
+    def __call__(self, state: PyTree, inputs: ServerInput) -> tuple[PyTree, Params]: ...
+
+
+def no_state(_params):
     return ()
 
 
-def _keep_gradient(g, _w, _ctx):
+def keep_gradient(g, _w_k, _ctx):
     return g
 
 
-def _keep_client(ctx, _progress, _steps_lr, _carry):
-    return ctx.client_extra
+def keep_client_state(ctx, _progress, _lr_sum, _carry):
+    return ctx.client_state
 
 
-def _keep_server(server_extra, _old, _new, _mean_progress, _steps_lr, _num_clients, _weights):
-    return server_extra
+def fedavg_server(state, inputs):
+    return state, inputs.w_candidate
 
 
-def _keep_global(w_candidate, _mean_w_end, _server_extra, _client_extra):
-    return w_candidate
+class ClientCorrection(NamedTuple):
+    """init(w) -> one client's state (stacked over C by the round); gradient; finalize.
+    decay: added to the weight decay after clipping (FedDyn's lam, FedProx's mu: the
+    authors' clip form, see feddyn.py)."""
+
+    init: InitFn = no_state
+    gradient: GradientFn = keep_gradient
+    finalize: FinalizeFn = keep_client_state
+    decay: float = 0.0
+
+
+class ServerCorrection(NamedTuple):
+    """init(w) -> the server's state; update(state, ServerInput) -> (state, w). The default
+    keeps w_candidate (FedAvg-type servers); FedDyn replaces it."""
+
+    init: InitFn = no_state
+    update: ServerUpdateFn = fedavg_server
 
 
 class Correction(NamedTuple):
-    """An algorithm's additions to FedAvg; every slot defaults to 'do nothing'."""
+    """An algorithm's additions to FedAvg; every part defaults to 'do nothing'.
 
-    init_server: Callable = _no_state
-    init_client: Callable = _no_state
-    gradient: Callable = _keep_gradient
-    decay: float = 0.0
-    client_update: Callable = _keep_client
-    server_update: Callable = _keep_server
-    global_model: Callable = _keep_global
+    local_gradient: loss_fn -> local.Gradient (SAM's, FedSMOO's); None: the plain gradient.
+    """
+
+    client: ClientCorrection = ClientCorrection()
+    server: ServerCorrection = ServerCorrection()
+    local_gradient: Any = None
     costs: Costs = Costs()
 
 
 NONE = Correction()
+
+
+class Composed(NamedTuple):
+    """The state of compose(base, extra): each part's own."""
+
+    base: PyTree
+    extra: PyTree
+
+
+def _merge(a: tuple, b: tuple) -> tuple:
+    return a + tuple(x for x in b if x not in a)
+
+
+def compose(base: Correction, extra: Correction) -> Correction:
+    """`base` and `extra` in one round: extra's gradient correction applies after base's,
+    its server update sees base's w; the decays add; states are Composed(base, extra), each
+    part reading only its own (as if it ran alone). At most one may bring a local_gradient,
+    which then sees its own part's state."""
+    if base.local_gradient is not None and extra.local_gradient is not None:
+        raise ValueError("compose: both corrections bring a local gradient rule; one only")
+
+    def view(ctx, part):
+        return ctx._replace(server_state=getattr(ctx.server_state, part),
+                            client_state=getattr(ctx.client_state, part))
+
+    def gradient(g, w_k, ctx):
+        g = base.client.gradient(g, w_k, view(ctx, "base"))
+        return extra.client.gradient(g, w_k, view(ctx, "extra"))
+
+    def finalize(ctx, progress, lr_sum, carry):
+        return Composed(base.client.finalize(view(ctx, "base"), progress, lr_sum, carry),
+                        extra.client.finalize(view(ctx, "extra"), progress, lr_sum, carry))
+
+    def update(state, inputs):
+        def part(name):
+            return inputs._replace(**{f: getattr(getattr(inputs, f), name)
+                                      for f in ("old_clients", "new_clients", "all_clients")})
+
+        base_state, w = base.server.update(state.base, part("base"))
+        extra_state, w = extra.server.update(state.extra, part("extra")._replace(w_candidate=w))
+        return Composed(base_state, extra_state), w
+
+    owner, rule = (("extra", extra.local_gradient) if extra.local_gradient is not None
+                   else ("base", base.local_gradient))
+    local_gradient = None
+    if rule is not None:
+        def local_gradient(loss_fn):
+            inner = rule(loss_fn)
+            return inner._replace(
+                init=lambda ctx: inner.init(view(ctx, owner)),
+                apply=lambda w, batch, key, carry, ctx: inner.apply(w, batch, key, carry,
+                                                                    view(ctx, owner)))
+
+    costs = Costs(*(_merge(a, b) for a, b in zip(base.costs, extra.costs)))
+    return Correction(
+        client=ClientCorrection(
+            init=lambda w: Composed(base.client.init(w), extra.client.init(w)),
+            gradient=gradient, finalize=finalize,
+            decay=base.client.decay + extra.client.decay),
+        server=ServerCorrection(
+            init=lambda w: Composed(base.server.init(w), extra.server.init(w)), update=update),
+        local_gradient=local_gradient, costs=costs)

@@ -13,7 +13,7 @@ import jax
 import numpy as np
 
 from fedinit_jax import algorithms, data, execution, models, tasks
-from fedinit_jax.round import CLIENT_STATE_DTYPES
+from fedinit_jax.federated_round import CLIENT_STATE_DTYPES
 from fedinit_jax.types import FederatedAlgorithm
 
 PARTITIONS = ("iid", "dirichlet", "pathological")
@@ -24,7 +24,7 @@ CHANNEL_STATS = {
     "cifar100": ([0.5071, 0.4865, 0.4409], [0.2673, 0.2564, 0.2762]),
 }
 # algorithm hyperparameters a config may set (None = the registry's default)
-OPTIONS = ("delta_from", "weight_decay", "clip_norm", "client_state_dtype")
+OPTIONS = ("delta_from", "weight_decay", "clip_norm")
 # fields added after runs were first saved, with the value that means "as before": a saved
 # config.json without such a field resumes under a config that keeps this value
 ADDED_FIELDS = {"client_state_dtype": "float32", "participation_mode": "fixed"}
@@ -38,7 +38,7 @@ class Experiment(NamedTuple):
     num_classes: int
     clients_per_round: int  # N, the static client axis (Bernoulli: the bound on |S|)
     steps_per_round: int
-    options: dict           # the resolved builder arguments (execution, num_devices, ...)
+    options: dict           # the resolved runtime options (execution, num_devices, ...)
 
 
 def _fail(field, value, allowed):
@@ -162,12 +162,18 @@ def algorithm_kwargs(config) -> dict:
     """The builder arguments the config sets (unset hyperparameters keep their defaults)."""
     kwargs = {f: config[f] for f in algorithms.hparam_names() if config.get(f) is not None}
     kwargs.update({f: config[f] for f in OPTIONS})
-    kwargs["execution"] = execution.resolve(config["execution"])
-    if kwargs["execution"] == "chunked":
-        kwargs["chunk_size"] = config["chunk_size"]
-    kwargs["num_devices"] = num_devices(config)
-    kwargs["donate_state"] = True  # the loop never reads a round's input state again
     return kwargs
+
+
+def runtime_options(config) -> dict:
+    """How the binaries run the round (algo.with_runtime): never what it computes."""
+    options = {"execution": execution.resolve(config["execution"]),
+               "num_devices": num_devices(config),
+               "client_state_dtype": config["client_state_dtype"],
+               "donate_state": True}  # the loop never reads a round's input state again
+    if options["execution"] == "chunked":
+        options["chunk_size"] = config["chunk_size"]
+    return options
 
 
 def num_devices(config) -> int:
@@ -184,7 +190,7 @@ def num_devices(config) -> int:
 def build(config) -> Experiment:
     """Load and split the data, build the model, the loss and the algorithm."""
     validate(config)
-    kwargs = algorithm_kwargs(config)
+    options = runtime_options(config)
     train_x, train_y, num_classes = load_split(config, "train")
     test_x, test_y, _ = load_split(config, "test")
     if config["num_clients"] > len(train_y):
@@ -207,13 +213,14 @@ def build(config) -> Experiment:
                        **({"width": config["model_width"]}
                           if config["model"] in models.WIDTH_MODELS else {}))
     loss_fn = tasks.classification_loss(model.apply, mean, std, augment=config["augment"])
-    algo = algorithms.get(config["algorithm"], loss_fn, **kwargs)
+    algo = algorithms.get(config["algorithm"], loss_fn, **algorithm_kwargs(config))
+    algo = algo.with_runtime(**options)
     _check_memory(config, model, train_x.shape[1:], algo)
     init_params = model.init(jax.random.key(config["seed"]), train_x.shape[1:])
     evaluate = tasks.make_evaluator(model.apply, test_x, test_y, mean, std)
     steps = config["local_epochs"] * data.steps_per_epoch(shard_size, config["batch_size"])
     return Experiment(shards, evaluate, algo, init_params, num_classes,
-                      clients_per_round(config), steps, kwargs)
+                      clients_per_round(config), steps, options)
 
 
 def available_memory():

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedinit_jax import tree
-from fedinit_jax.round import as_arrays, check_round_input
+from fedinit_jax.federated_round import as_arrays, check_round_input
 from fedinit_jax.types import FederatedAlgorithm, FedState, RoundInput
 
 

@@ -315,7 +315,7 @@ def _train_round(exp, config, state, t, root_key, decay, last_checkpoint, log=pr
 def _state_memory_line(state, num_clients):
     """The per-client state's size: C x (vectors per client) x d x bytes, and the total."""
     d = sum(int(x.size) for x in jax.tree.leaves(state.params))
-    leaves = jax.tree.leaves((state.client_params, state.client_extra))
+    leaves = jax.tree.leaves((state.client_params, state.client_state))
     per_client = sum(x.nbytes for x in leaves) // num_clients
     itemsize = leaves[0].dtype.itemsize
     vectors = per_client // (itemsize * d) if d else 0

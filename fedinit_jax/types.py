@@ -44,20 +44,21 @@ class FedState(NamedTuple):
     client_params: w_i, every client's last local model, leaves [C, ...]; a client never
       sampled holds w^0 (the initial model), as in Algorithm 1 line 1 of the paper.
     server_opt_state: the server optax optimizer's state (FedAdam's m, v).
-    server_extra: the algorithm's server state (SCAFFOLD's c, FedCM's d); () if none.
-    client_extra: the algorithm's per-client state (SCAFFOLD's c_i, FedDyn's h_i), leaves
-      [C, ...]; () if none.
+    server_state: the algorithm's own server state, a NamedTuple of its module
+      (ScaffoldState(c), FedCMState(d)); () if none.
+    client_state: the algorithm's per-client state (ScaffoldClientState(c_i),
+      FedDynClientState(h)), leaves [C, ...]; () if none.
     beta: [] float32, the relaxed-initialization coefficient (traced, so replicas may differ).
-    round: [] int32, rounds completed.
+    rounds_done: [] int32, rounds completed.
     """
 
     params: Params
     client_params: Params
     server_opt_state: Any
-    server_extra: Any
-    client_extra: Any
+    server_state: Any
+    client_state: Any
     beta: Array
-    round: Array
+    rounds_done: Array
 
 
 class Costs(NamedTuple):
@@ -82,9 +83,13 @@ class FederatedAlgorithm(NamedTuple):
 
     apply validates its input on the host, then calls the jit-compiled round; round_fn is
     the same round as a pure, un-jitted function to compose into a user's own jit/vmap.
+    with_runtime(execution=, chunk_size=, num_devices=, client_state_dtype=, donate_state=)
+    -> the same algorithm run another way (federated_round.py); the numbers it computes do
+    not change (up to float rounding, and the storage dtype of the client state).
     """
 
     init: Callable[..., FedState]
     apply: Callable[[FedState, RoundInput, Array], tuple[FedState, dict]]
     round_fn: Callable[[FedState, RoundInput, Array], tuple[FedState, dict]]
     costs: Costs
+    with_runtime: Callable[..., "FederatedAlgorithm"]

@@ -42,22 +42,31 @@ def test_matches_numpy_reference(linreg_rounds, theta0, name, hparams, ref_kwarg
                    clip=1.0, wd=1e-3, **ref_kwargs)
     assert ref["clipped_steps"] > 0  # the authors' clip form is exercised, not bypassed
     assert_matches(state, history, ref)
-    extra = {"scaffold": ("c", "c_i"), "fedgamma": ("c", "c_i"), "feddyn": (None, "h_i"),
-             "fedspeed": (None, "h_i"), "fedcm": ("d", None), "mofedsam": ("d", None),
-             "fedsmoo": ("s", None)}.get(name, (None, None))
-    if extra[0]:
-        np.testing.assert_allclose(flat(state.server_extra), ref[extra[0]], atol=1e-5, rtol=1e-5)
-    if extra[1]:
-        np.testing.assert_allclose(stacked(state.client_extra), ref[extra[1]], atol=1e-5,
-                                   rtol=1e-5)
-    if name == "fedsmoo":
-        np.testing.assert_allclose(stacked(state.client_extra.h), ref["h_i"], atol=1e-5, rtol=1e-5)
-        np.testing.assert_allclose(stacked(state.client_extra.mu), ref["mu_i"], atol=1e-5,
-                                   rtol=1e-5)
+    assert_states_match(name, state, ref)
     if name == "fedadam":
         m, v = state.server_opt_state[0]
         np.testing.assert_allclose(flat(m), -ref["m"], atol=1e-5, rtol=1e-5)
         np.testing.assert_allclose(flat(v), ref["v"], atol=1e-6, rtol=1e-5)
+
+
+# every algorithm's own state, read by field name: (server state, per-client state) parts
+STATE_PARTS = {
+    "scaffold": {"c": lambda s: s.server_state.c, "c_i": lambda s: s.client_state.c_i},
+    "fedgamma": {"c": lambda s: s.server_state.base.c, "c_i": lambda s: s.client_state.base.c_i},
+    "feddyn": {"h_i": lambda s: s.client_state.h},
+    "fedspeed": {"h_i": lambda s: s.client_state.base.h},
+    "fedcm": {"d": lambda s: s.server_state.d},
+    "mofedsam": {"d": lambda s: s.server_state.base.d},
+    "fedsmoo": {"s": lambda s: s.server_state.extra.s, "h_i": lambda s: s.client_state.base.h,
+                "mu_i": lambda s: s.client_state.extra.mu},
+}
+
+
+def assert_states_match(name, state, ref):
+    """Each state the algorithm keeps equals the numpy reference's (c, c_i, h_i, d, s, mu_i)."""
+    for key, part in STATE_PARTS.get(name, {}).items():
+        got = stacked(part(state)) if key.endswith("_i") else flat(part(state))
+        np.testing.assert_allclose(got, ref[key], atol=1e-5, rtol=1e-5, err_msg=key)
 
 
 def stacked(params):

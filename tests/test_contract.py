@@ -26,10 +26,10 @@ def cnn_task():
     return loss_fn, params, rounds
 
 
-def _run(name, loss_fn, params, rounds, **kwargs):
+def _run(name, loss_fn, params, rounds, **runtime):
     counting_loss, traces = counting(loss_fn)
 
-    algo = algorithms.get(name, counting_loss, beta=0.1, **kwargs)
+    algo = algorithms.get(name, counting_loss, beta=0.1).with_runtime(**runtime)
     state = algo.init(params, num_clients=NUM_CLIENTS)
     spec = jax.tree.map(lambda x: (x.shape, x.dtype), state)
     counts, history = [], []

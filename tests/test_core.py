@@ -75,7 +75,7 @@ def test_never_sampled_client_starts_from_relaxed_initial_model(theta0):
         return linreg_loss(params, batch, key)
 
     beta = 0.3
-    algo = algorithms.fedinit(recording_loss, beta=beta, execution="sequential")
+    algo = algorithms.fedinit(recording_loss, beta=beta).with_runtime(execution="sequential")
     state = algo.init(params_from(theta0), num_clients=4)
     x = np.ones((1, 1, 2, 3), np.float32)
     y = np.zeros((1, 1, 2), np.float32)
@@ -89,7 +89,8 @@ def test_never_sampled_client_starts_from_relaxed_initial_model(theta0):
 @pytest.mark.parametrize("execution, chunk", [("sequential", None), ("chunked", 2)])
 def test_execution_strategies_agree(linreg_rounds, theta0, execution, chunk):
     ref_state, ref_hist = run(algorithms.fedinit(linreg_loss), theta0, linreg_rounds)
-    state, hist = run(algorithms.fedinit(linreg_loss, execution=execution, chunk_size=chunk),
+    state, hist = run(algorithms.fedinit(linreg_loss).with_runtime(execution=execution,
+                                                                 chunk_size=chunk),
                       theta0, linreg_rounds)
     for x, y in zip(jax.tree.leaves(ref_state), jax.tree.leaves(state)):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-6)
@@ -105,11 +106,13 @@ def test_two_devices_match_one(linreg_rounds, theta0, execution):
     two_client_rounds = [(ids[:2], xs[:2], ys[:2], lr) for ids, xs, ys, lr in linreg_rounds]
     counting_loss, traces = counting(linreg_loss)
 
-    one, h1 = run(algorithms.fedinit(linreg_loss, execution=execution), theta0, two_client_rounds)
-    two, h2 = run(algorithms.fedinit(counting_loss, execution=execution, num_devices=2), theta0,
+    one, h1 = run(algorithms.fedinit(linreg_loss).with_runtime(execution=execution), theta0, two_client_rounds)
+    two, h2 = run(algorithms.fedinit(counting_loss).with_runtime(execution=execution,
+                                                                num_devices=2), theta0,
                   two_client_rounds[:1])
     first = len(traces)
-    two, h2 = run(algorithms.fedinit(counting_loss, execution=execution, num_devices=2), theta0,
+    two, h2 = run(algorithms.fedinit(counting_loss).with_runtime(execution=execution,
+                                                                num_devices=2), theta0,
                   two_client_rounds)
     assert len(traces) == 2 * first  # one trace per run, not per round
     for x, y in zip(jax.tree.leaves(one), jax.tree.leaves(two)):
@@ -118,19 +121,19 @@ def test_two_devices_match_one(linreg_rounds, theta0, execution):
 
 
 def test_uneven_split_over_devices_is_refused(linreg_rounds, theta0):
-    algo = algorithms.fedinit(linreg_loss, num_devices=2)
+    algo = algorithms.fedinit(linreg_loss).with_runtime(num_devices=2)
     state = algo.init(params_from(theta0), num_clients=NUM_CLIENTS)
     ids, xs, ys, lr = linreg_rounds[0]  # 3 clients
     with pytest.raises(ValueError, match="split evenly"):
         algo.apply(state, RoundInput(ids, (xs, ys), lr), jax.random.key(0))
     with pytest.raises(ValueError, match="num_devices"):
-        algorithms.fedinit(linreg_loss, num_devices=64)
+        algorithms.fedinit(linreg_loss).with_runtime(num_devices=64)
 
 
 def test_one_trace_for_three_rounds_and_stable_state(linreg_rounds, theta0):
     counting_loss, traces = counting(linreg_loss)
 
-    algo = algorithms.fedinit(counting_loss, execution="sequential")
+    algo = algorithms.fedinit(counting_loss).with_runtime(execution="sequential")
     state = algo.init(params_from(theta0), num_clients=NUM_CLIENTS)
     spec = jax.tree.map(lambda x: (x.shape, x.dtype), state)
     counts = []
@@ -171,16 +174,26 @@ def _inp(ids, n=None, k=2, b=4):
     ({"beta": float("nan")}, "beta"),
     ({"beta": float("inf")}, "beta"),
     ({"delta_from": "local"}, "delta_from"),
-    ({"execution": "pmap"}, "execution"),
-    ({"execution": "chunked", "chunk_size": 0}, "chunk_size"),
     ({"clip_norm": -1.0}, "clip_norm"),
     ({"weight_decay": float("nan")}, "weight_decay"),
     ({"server_lr": 0.0}, "server_lr"),
-    ({"client_state_dtype": "int8"}, "client_state_dtype"),
 ])
 def test_bad_builder_arguments(kwargs, field):
     with pytest.raises(ValueError, match=field):
         algorithms.fedinit(linreg_loss, **kwargs)
+
+
+@pytest.mark.parametrize("runtime, field", [
+    ({"execution": "pmap"}, "execution"),
+    ({"execution": "chunked", "chunk_size": 0}, "chunk_size"),
+    ({"client_state_dtype": "int8"}, "client_state_dtype"),
+    ({"devices": 2}, "devices"),
+])
+def test_bad_runtime_options(runtime, field):
+    with pytest.raises(ValueError, match=field):
+        algorithms.fedinit(linreg_loss).with_runtime(**runtime)
+    with pytest.raises(TypeError):  # runtime is not a builder argument any more
+        algorithms.fedinit(linreg_loss, **runtime)
 
 
 @pytest.mark.parametrize("inp, field", [
@@ -222,24 +235,25 @@ def test_bf16_client_state_is_float32_engine_with_rounded_storage(linreg_rounds,
     every round; and it takes half the bytes. FedDyn's server reads every client's stored
     h_i, this round's rows already rounded (the reference rounds them after the round), so
     it agrees to bf16 precision only."""
-    narrow = algorithms.get(name, linreg_loss, beta=0.1, client_state_dtype="bfloat16")
+    narrow = algorithms.get(name, linreg_loss, beta=0.1).with_runtime(
+        client_state_dtype="bfloat16")
     wide = algorithms.get(name, linreg_loss, beta=0.1)
     state = narrow.init(params_from(theta0), num_clients=NUM_CLIENTS)
     ref = wide.init(params_from(theta0), num_clients=NUM_CLIENTS)
-    per_client = (state.client_params, state.client_extra)
+    per_client = (state.client_params, state.client_state)
     assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(per_client))
     assert (sum(x.nbytes for x in jax.tree.leaves(per_client)) * 2
-            == sum(x.nbytes for x in jax.tree.leaves((ref.client_params, ref.client_extra))))
+            == sum(x.nbytes for x in jax.tree.leaves((ref.client_params, ref.client_state))))
     for t, (ids, xs, ys, lr) in enumerate(linreg_rounds):
         key = jax.random.fold_in(jax.random.key(0), t)
         ref = ref._replace(client_params=_bf16_rounded(ref.client_params),
-                           client_extra=_bf16_rounded(ref.client_extra))
+                           client_state=_bf16_rounded(ref.client_state))
         state, got = narrow.apply(state, RoundInput(ids, (xs, ys), lr), key)
         ref, want = wide.apply(ref, RoundInput(ids, (xs, ys), lr), key)
         np.testing.assert_allclose(float(got["train_loss"]), float(want["train_loss"]),
                                    rtol=rtol)
     np.testing.assert_allclose(flat(state.params), flat(ref.params), rtol=rtol, atol=rtol / 10)
-    for a, b in zip(jax.tree.leaves(state.client_extra), jax.tree.leaves(ref.client_extra)):
+    for a, b in zip(jax.tree.leaves(state.client_state), jax.tree.leaves(ref.client_state)):
         np.testing.assert_allclose(np.asarray(a, np.float32),
                                    np.asarray(_bf16_rounded(b), np.float32), rtol=rtol,
                                    atol=rtol / 10)
@@ -268,7 +282,7 @@ def test_bad_round_inputs_are_named(linreg_rounds, theta0, change, says):
 def test_state_of_another_algorithm_and_integer_params(linreg_rounds, theta0):
     ids, xs, ys, lr = linreg_rounds[0]
     scaffold_state = algorithms.scaffold(linreg_loss).init(params_from(theta0), NUM_CLIENTS)
-    with pytest.raises(ValueError, match="state.client_extra does not match this algorithm"):
+    with pytest.raises(ValueError, match="state.server_state does not match this algorithm"):
         algorithms.fedcm(linreg_loss).apply(scaffold_state, RoundInput(ids, (xs, ys), lr),
                                             jax.random.key(0))
     with pytest.raises(ValueError, match="every leaf must be a float"):
@@ -283,12 +297,12 @@ def test_numpy_scalars_are_accepted():
 
 @pytest.mark.parametrize("name", ["fedavg", "fedadam", "scaffold"])
 def test_donated_state_gives_the_same_rounds_and_is_consumed(linreg_rounds, theta0, name):
-    """donate_state=True: the same numbers as without; the state passed in is deleted (its
+    """with_runtime(donate_state=True): the same numbers as without; the state passed in is deleted (its
     buffers were reused), never the caller's params; FedAdam's m and v (equal zeros at init)
     are separate buffers, so donating them is allowed."""
     params = params_from(theta0)
     plain = algorithms.get(name, linreg_loss, beta=0.1)
-    donating = algorithms.get(name, linreg_loss, beta=0.1, donate_state=True)
+    donating = algorithms.get(name, linreg_loss, beta=0.1).with_runtime(donate_state=True)
     a = plain.init(params, num_clients=5)
     b = donating.init(params, num_clients=5)
     for t, (ids, xs, ys, lr) in enumerate(linreg_rounds):

@@ -4,9 +4,9 @@ import math
 import jax
 import numpy as np
 import pytest
-from conftest import DIM, NUM_CLIENTS, QUIET, flat, linreg_loss, params_from
+from conftest import DIM, NUM_CLIENTS, QUIET, linreg_loss, params_from
 from numpy_reference import simulate
-from test_algorithms import CASES, stacked
+from test_algorithms import CASES, assert_states_match
 from test_core import assert_matches
 
 from fedinit_jax import RoundInput, algorithms, data
@@ -61,27 +61,18 @@ VARYING = [c for c in CASES if c[1].get("rho", 1.0) > 0] + [("fedavg", {}, {})]
 def test_varying_participation_matches_reference(varying_rounds, theta0, name, hparams,
                                                  ref_kwargs, delta_from, execution):
     algo = algorithms.get(name, linreg_loss, beta=0.1, delta_from=delta_from, clip_norm=1.0,
-                          weight_decay=1e-3, execution=execution, **hparams)
+                          weight_decay=1e-3, **hparams).with_runtime(execution=execution)
     state, history = run_inputs(algo, theta0, padded(varying_rounds))
     ref = simulate(name, theta0, NUM_CLIENTS, varying_rounds, beta=0.1, delta_from=delta_from,
                    clip=1.0, wd=1e-3, **ref_kwargs)
     assert ref["clipped_steps"] > 0
     assert_matches(state, history, ref)
-    if name in ("scaffold", "fedgamma"):
-        np.testing.assert_allclose(flat(state.server_extra), ref["c"], atol=1e-5, rtol=1e-5)
-        np.testing.assert_allclose(stacked(state.client_extra), ref["c_i"], atol=1e-5)
-    if name in ("feddyn", "fedspeed"):
-        np.testing.assert_allclose(stacked(state.client_extra), ref["h_i"], atol=1e-5)
-    if name == "fedsmoo":
-        np.testing.assert_allclose(flat(state.server_extra), ref["s"], atol=1e-5, rtol=1e-5)
-        np.testing.assert_allclose(stacked(state.client_extra.mu), ref["mu_i"], atol=1e-5)
-    if name in ("fedcm", "mofedsam"):
-        np.testing.assert_allclose(flat(state.server_extra), ref["d"], atol=1e-5, rtol=1e-5)
+    assert_states_match(name, state, ref)
 
 
 def test_bound_never_changes_the_result(varying_rounds, theta0):
     """The same rounds padded to 5 or 8 slots, and a full mask against no mask."""
-    algo = algorithms.scaffold(linreg_loss, beta=0.1, execution="sequential")
+    algo = algorithms.scaffold(linreg_loss, beta=0.1).with_runtime(execution="sequential")
     a, ha = run_inputs(algo, theta0, padded(varying_rounds, 5, fill=0.0))
     b, hb = run_inputs(algo, theta0, padded(varying_rounds, 8, fill=7.0))
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
@@ -130,8 +121,8 @@ def test_pad_grows_past_the_bound_instead_of_dropping():
 
 def test_two_devices_with_padded_slots(varying_rounds, theta0):
     """shard_map over 2 devices with masked slots (lax.cond in each shard) = the reference."""
-    algo = algorithms.scaffold(linreg_loss, beta=0.1, clip_norm=1.0, weight_decay=1e-3,
-                               execution="sequential", num_devices=2)
+    algo = algorithms.scaffold(linreg_loss, beta=0.1, clip_norm=1.0, weight_decay=1e-3)
+    algo = algo.with_runtime(execution="sequential", num_devices=2)
     state, history = run_inputs(algo, theta0, padded(varying_rounds, 6))
     ref = simulate("scaffold", theta0, NUM_CLIENTS, varying_rounds, beta=0.1, clip=1.0, wd=1e-3)
     assert_matches(state, history, ref)

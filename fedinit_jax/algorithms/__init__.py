@@ -24,9 +24,9 @@ from fedinit_jax.algorithms.mofedsam import mofedsam
 from fedinit_jax.algorithms.scaffold import scaffold
 
 # FedAvg's arguments that are not hyperparameters of a method: how the round is assembled
-# (correction, gradient, server_optimizer) and the options every method shares, which are
+# (correction, costs, server_optimizer) and the options every method shares, which are
 # config fields of their own
-_NOT_HPARAMS = ("loss_fn", "correction", "gradient", "server_optimizer", "delta_from",
+_NOT_HPARAMS = ("loss_fn", "correction", "costs", "server_optimizer", "delta_from",
                 "weight_decay", "clip_norm")
 
 

@@ -14,7 +14,6 @@ import optax
 
 from fedinit_jax.algorithms._checks import check_range
 from fedinit_jax.algorithms.fedavg import fedavg
-from fedinit_jax.correction import Correction
 from fedinit_jax.types import Costs
 
 
@@ -49,5 +48,5 @@ def fedadam(loss_fn, *, server_lr: float = 0.1, b1: float = 0.9, b2: float = 0.9
     check_range("eps", eps, 0.0, low_open=True)
     server_optimizer = optax.chain(scale_by_adam_no_bias_correction(b1, b2, eps),
                                    optax.scale(-server_lr))
-    costs = Correction(costs=Costs(server_state=("m", "v")))
-    return fedavg(loss_fn, server_optimizer=server_optimizer, correction=costs, **options)
+    return fedavg(loss_fn, server_optimizer=server_optimizer,
+                  costs=Costs(server_state=("m", "v")), **options)

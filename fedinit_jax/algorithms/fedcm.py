@@ -10,27 +10,36 @@ Averaged_update = mean_S(w_iK - w_i0) by K and the previous round's lr): under R
 would carry the offset beta (w - w_i) into the momentum and feed it back (correction.py).
 alpha = 0.1 by default; alpha = 1 is exactly FedAvg.
 """
+from typing import NamedTuple
+
 import jax
 
 from fedinit_jax.algorithms._checks import check_range
 from fedinit_jax.algorithms.fedavg import fedavg
-from fedinit_jax.correction import Correction
+from fedinit_jax.correction import ClientCorrection, Correction, ServerCorrection
 from fedinit_jax.tree import zeros_like
-from fedinit_jax.types import Costs
+from fedinit_jax.types import Costs, Params
 
 
-def _server_update(_d, _old, _new, mean_progress, steps_lr, _num_clients, _weights):
-    return jax.tree.map(lambda m: -m / steps_lr, mean_progress)
+class FedCMState(NamedTuple):
+    d: Params  # the server direction sent down with w
+
+
+def _server_update(_state, inputs):
+    return (FedCMState(jax.tree.map(lambda m: -m / inputs.lr_sum, inputs.mean_progress)),
+            inputs.w_candidate)
 
 
 def correction(alpha: float) -> Correction:
     """FedCM's momentum mixing of the local gradient with the server direction d."""
 
-    def gradient(g, _w, ctx):
-        return jax.tree.map(lambda g, d: alpha * g + (1 - alpha) * d, g, ctx.server_extra)
+    def gradient(g, _w_k, ctx):
+        return jax.tree.map(lambda g, d: alpha * g + (1 - alpha) * d, g, ctx.server_state.d)
 
-    return Correction(init_server=zeros_like, gradient=gradient, server_update=_server_update,
-                      costs=Costs(down=("w", "d"), server_state=("d",), client_work=("d",)))
+    return Correction(
+        client=ClientCorrection(gradient=gradient),
+        server=ServerCorrection(init=lambda w: FedCMState(zeros_like(w)), update=_server_update),
+        costs=Costs(down=("w", "d"), server_state=("d",), client_work=("d",)))
 
 
 def fedcm(loss_fn, *, alpha: float = 0.1, **options):

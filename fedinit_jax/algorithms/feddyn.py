@@ -12,34 +12,44 @@ first step. h_i is built from p_i under both `delta_from`, as the authors do; un
 w_iK - w would carry the offset beta (w - w_i) into h_i and feed it back (correction.py).
 lam = 0.1 by default; the paper's FedDyn runs decay eta_l by 0.9995 per round.
 """
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 
 from fedinit_jax.algorithms._checks import check_range
 from fedinit_jax.algorithms.fedavg import fedavg
-from fedinit_jax.correction import Correction
+from fedinit_jax.correction import ClientCorrection, Correction, ServerCorrection
 from fedinit_jax.tree import zeros_like
-from fedinit_jax.types import Costs
+from fedinit_jax.types import Costs, Params
 
 
-def _client_update(ctx, progress, _steps_lr, _carry=()):
-    return jax.tree.map(jnp.add, ctx.client_extra, progress)
+class FedDynClientState(NamedTuple):
+    h: Params  # client i's accumulated local progress (the dual variable)
 
 
-def _global_model(_w_candidate, mean_w_end, _server_extra, h_all):
-    return jax.tree.map(lambda w, h: w + jnp.mean(h, axis=0), mean_w_end, h_all)
+def _finalize(ctx, progress, _lr_sum, _carry):
+    return FedDynClientState(jax.tree.map(jnp.add, ctx.client_state.h, progress))
+
+
+def _server_update(state, inputs):
+    """w = mean_S(w_iK) + mean_C(h_i); no server state."""
+    return state, jax.tree.map(lambda w, h: w + jnp.mean(h, axis=0), inputs.mean_w_end,
+                               inputs.all_clients.h)
 
 
 def correction(lam: float) -> Correction:
     """FedDyn's dual correction with coefficient lam (lam * w_k joins the weight decay)."""
 
-    def gradient(g, _w, ctx):
-        return jax.tree.map(lambda g, h, w0: g + lam * (h - w0), g, ctx.client_extra,
+    def gradient(g, _w_k, ctx):
+        return jax.tree.map(lambda g, h, w0: g + lam * (h - w0), g, ctx.client_state.h,
                             ctx.w_start)
 
-    return Correction(init_client=zeros_like, gradient=gradient, decay=lam,
-                      client_update=_client_update, global_model=_global_model,
-                      costs=Costs(server_state=("mean_h",), client_state=("h_i",)))
+    return Correction(
+        client=ClientCorrection(init=lambda w: FedDynClientState(zeros_like(w)),
+                                gradient=gradient, finalize=_finalize, decay=lam),
+        server=ServerCorrection(update=_server_update),
+        costs=Costs(server_state=("mean_h",), client_state=("h_i",)))
 
 
 def feddyn(loss_fn, *, lam: float = 0.1, **options):

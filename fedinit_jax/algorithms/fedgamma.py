@@ -3,19 +3,17 @@
     local gradient:  SAM gradient (rho) + (c - c_i)
     server:          SCAFFOLD's (option II control variates)
 
-rho = 0.01 by default; rho = 0 is exactly SCAFFOLD.
+compose(SCAFFOLD, SAM). rho = 0.01 by default; rho = 0 is exactly SCAFFOLD.
 """
-import functools
-
-from fedinit_jax import local
 from fedinit_jax.algorithms._checks import check_range
-from fedinit_jax.algorithms._compose import with_sam_buffer
 from fedinit_jax.algorithms.fedavg import fedavg
+from fedinit_jax.algorithms.fedsam import correction as sam
 from fedinit_jax.algorithms.scaffold import CORRECTION as SCAFFOLD
+from fedinit_jax.correction import compose
 
 
 def fedgamma(loss_fn, *, rho: float = 0.01, **options):
     """SCAFFOLD's correction and server on the SAM gradient of radius rho."""
     check_range("rho", rho, 0.0)
-    return fedavg(loss_fn, gradient=functools.partial(local.sam_gradient, rho=rho),
-                  correction=with_sam_buffer(SCAFFOLD), **options)
+    return fedavg(loss_fn, correction=compose(SCAFFOLD, sam(rho)),
+                  **options)

@@ -12,16 +12,16 @@ import jax
 
 from fedinit_jax.algorithms._checks import check_range
 from fedinit_jax.algorithms.fedavg import fedavg
-from fedinit_jax.correction import Correction
+from fedinit_jax.correction import ClientCorrection, Correction
 
 
 def correction(mu: float) -> Correction:
     """FedProx's proximal gradient: -mu * w_i0 before clipping, mu * w_k after it."""
 
-    def gradient(g, _w, ctx):
+    def gradient(g, _w_k, ctx):
         return jax.tree.map(lambda g, w0: g - mu * w0, g, ctx.w_start)
 
-    return Correction(gradient=gradient, decay=mu)
+    return Correction(client=ClientCorrection(gradient=gradient, decay=mu))
 
 
 def fedprox(loss_fn, *, mu: float = 0.01, **options):

@@ -2,7 +2,8 @@
 
     g1 = grad f(w);  e = rho g1 / (||g1|| + 1e-7);  g = grad f(w + e)  (same minibatch)
 
-rho = 0.1 by default; rho = 0 is exactly FedAvg. The server is FedAvg's.
+rho = 0.1 by default; rho = 0 is exactly FedAvg. The server is FedAvg's. `correction(rho)` is
+SAM as a Correction that other methods compose with (FedSpeed, FedGamma, MoFedSAM).
 """
 import functools
 
@@ -12,11 +13,14 @@ from fedinit_jax.algorithms.fedavg import fedavg
 from fedinit_jax.correction import Correction
 from fedinit_jax.types import Costs
 
-COSTS = Costs(client_work=("e",))
+
+def correction(rho: float) -> Correction:
+    """The SAM gradient of radius rho; a client holds one more buffer, the perturbation e."""
+    return Correction(local_gradient=functools.partial(local.sam_gradient, rho=rho),
+                      costs=Costs(client_work=("e",)))
 
 
 def fedsam(loss_fn, *, rho: float = 0.1, **options):
     """FedAvg with the SAM gradient of radius rho (two gradients per local step)."""
     check_range("rho", rho, 0.0)
-    return fedavg(loss_fn, gradient=functools.partial(local.sam_gradient, rho=rho),
-                  correction=Correction(costs=COSTS), **options)
+    return fedavg(loss_fn, correction=correction(rho), **options)

@@ -3,22 +3,20 @@
     local gradient:  clip(SAM gradient (rho) + lam * (h_i - w_i0)) + (wd + lam) * w_k
     server:          h_i <- h_i + p_i (p_i = w_iK - w_i0);  w <- mean_S(w_iK) + mean_C(h_i)
 
-(FedDyn's clip form and state rule, feddyn.py.)
+(FedDyn's clip form and state rule, feddyn.py.) compose(FedDyn, SAM).
 
 rho = 0.1, lam = 0.1 by default; rho = 0 is exactly FedDyn.
 """
-import functools
-
-from fedinit_jax import local
 from fedinit_jax.algorithms._checks import check_range
-from fedinit_jax.algorithms._compose import with_sam_buffer
 from fedinit_jax.algorithms.fedavg import fedavg
 from fedinit_jax.algorithms.feddyn import correction as feddyn_correction
+from fedinit_jax.algorithms.fedsam import correction as sam
+from fedinit_jax.correction import compose
 
 
 def fedspeed(loss_fn, *, rho: float = 0.1, lam: float = 0.1, **options):
     """FedDyn's correction and server on the SAM gradient of radius rho."""
     check_range("rho", rho, 0.0)
     check_range("lam", lam, 0.0)
-    return fedavg(loss_fn, gradient=functools.partial(local.sam_gradient, rho=rho),
-                  correction=with_sam_buffer(feddyn_correction(lam)), **options)
+    return fedavg(loss_fn, correction=compose(feddyn_correction(lam), sam(rho)),
+                  **options)

@@ -3,20 +3,18 @@
     local gradient:  alpha * (SAM gradient, rho) + (1 - alpha) * d,  d = -dbar_prev / (K eta_l)
     server:          FedCM's
 
-rho = 0.1, alpha = 0.1 by default; rho = 0 is exactly FedCM.
+compose(FedCM, SAM). rho = 0.1, alpha = 0.1 by default; rho = 0 is exactly FedCM.
 """
-import functools
-
-from fedinit_jax import local
 from fedinit_jax.algorithms._checks import check_range
-from fedinit_jax.algorithms._compose import with_sam_buffer
 from fedinit_jax.algorithms.fedavg import fedavg
 from fedinit_jax.algorithms.fedcm import correction as fedcm_correction
+from fedinit_jax.algorithms.fedsam import correction as sam
+from fedinit_jax.correction import compose
 
 
 def mofedsam(loss_fn, *, rho: float = 0.1, alpha: float = 0.1, **options):
     """FedCM's momentum mixing and server on the SAM gradient of radius rho."""
     check_range("rho", rho, 0.0)
     check_range("alpha", alpha, 0.0, 1.0)
-    return fedavg(loss_fn, gradient=functools.partial(local.sam_gradient, rho=rho),
-                  correction=with_sam_buffer(fedcm_correction(alpha)), **options)
+    return fedavg(loss_fn, correction=compose(fedcm_correction(alpha), sam(rho)),
+                  **options)

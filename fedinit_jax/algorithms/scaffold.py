@@ -7,32 +7,46 @@
 c_i is built from p_i under both `delta_from`, as in the authors' code: under RI, w_iK - w
 would carry the offset beta (w - w_i) into c_i (correction.py).
 """
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 
 from fedinit_jax.algorithms.fedavg import fedavg
-from fedinit_jax.correction import Correction
+from fedinit_jax.correction import ClientCorrection, Correction, ServerCorrection
 from fedinit_jax.tree import client_sum, zeros_like
-from fedinit_jax.types import Costs
+from fedinit_jax.types import Costs, Params
 
 
-def _gradient(g, _w, ctx):
-    return jax.tree.map(lambda g, c, ci: g + (c - ci), g, ctx.server_extra, ctx.client_extra)
+class ScaffoldState(NamedTuple):
+    c: Params  # the server's control variate
 
 
-def _client_update(ctx, progress, steps_lr, _carry):
-    return jax.tree.map(lambda ci, c, p: ci - c - p / steps_lr,
-                        ctx.client_extra, ctx.server_extra, progress)
+class ScaffoldClientState(NamedTuple):
+    c_i: Params  # client i's control variate
 
 
-def _server_update(c, old, new, _mean_progress, _steps_lr, num_clients, weights):
-    change = client_sum(jax.tree.map(jnp.subtract, new, old), weights)
-    return jax.tree.map(lambda c, dc: c + dc / num_clients, c, change)
+def _gradient(g, _w_k, ctx):
+    return jax.tree.map(lambda g, c, ci: g + (c - ci), g, ctx.server_state.c,
+                        ctx.client_state.c_i)
+
+
+def _finalize(ctx, progress, lr_sum, _carry):
+    return ScaffoldClientState(jax.tree.map(lambda ci, c, p: ci - c - p / lr_sum,
+                                            ctx.client_state.c_i, ctx.server_state.c, progress))
+
+
+def _server_update(state, inputs):
+    change = client_sum(jax.tree.map(jnp.subtract, inputs.new_clients.c_i,
+                                     inputs.old_clients.c_i), inputs.weights)
+    c = jax.tree.map(lambda c, dc: c + dc / inputs.num_clients, state.c, change)
+    return ScaffoldState(c), inputs.w_candidate
 
 
 CORRECTION = Correction(
-    init_server=zeros_like, init_client=zeros_like, gradient=_gradient,
-    client_update=_client_update, server_update=_server_update,
+    client=ClientCorrection(init=lambda w: ScaffoldClientState(zeros_like(w)),
+                            gradient=_gradient, finalize=_finalize),
+    server=ServerCorrection(init=lambda w: ScaffoldState(zeros_like(w)), update=_server_update),
     costs=Costs(down=("w", "c"), up=("delta", "delta_c"), server_state=("c",),
                 client_state=("c_i",)))
 

@@ -14,7 +14,7 @@ Paper Algorithm 1 with an algorithm's Correction plugged in (docs/algorithms.md)
     w_i    <- w_iK for i in S only
 
 `delta_from` only decides how a FedAvg-type server moves w; FedDyn-type servers replace w by
-mean_S(w_iK) + mean_C(h_i) either way (Correction.global_model). With beta = 0, p_i = delta_i
+mean_S(w_iK) + mean_C(h_i) either way (their ServerCorrection.update). With beta = 0, p_i = delta_i
 and the two options are the same algorithm.
 
 Participation: S is the round input's client_ids. A round whose |S| varies (the authors'
@@ -23,7 +23,7 @@ is skipped (lax.cond; under vmap both branches run and the skip's result is sele
 id is replaced by C so that gathers read a real row and scatters drop it, and every mean
 over S divides by the real |S|.
 
-Per-client state (w_i and the correction's client extras, C x d each) may be stored in a
+Per-client state (w_i and the correction's client states, C x d each) may be stored in a
 narrower float (client_state_dtype="bfloat16": half the memory of float32) when it does not fit
 on the device; it is widened to float32 when read and rounded when written, so w_i is
 bf16(w_iK) and everything else is computed in float32.
@@ -40,24 +40,23 @@ import optax
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from fedinit_jax import execution as execution_lib
+from fedinit_jax import execution as strategies
 from fedinit_jax import local, tree
-from fedinit_jax.correction import NONE, Correction, LocalContext
-from fedinit_jax.types import FederatedAlgorithm, FedState, RoundInput
+from fedinit_jax.correction import NONE, Correction, LocalContext, ServerInput
+from fedinit_jax.types import Costs, FederatedAlgorithm, FedState, RoundInput
 
 DELTA_FROM = ("global", "start")
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 CLIENT_STATE_DTYPES = ("float32", "bfloat16", "float16")
 
 
-def _floats_to(dtype, tree):
-    """The floating leaves of `tree` cast to dtype (integer leaves unchanged)."""
+def _floats_to(dtype, pytree):
+    """The floating leaves of `pytree` cast to dtype (integer leaves unchanged)."""
     return jax.tree.map(
-        lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
+        lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, pytree)
 
 
-def _check_builder_args(beta, delta_from, clip_norm, weight_decay, execution, chunk_size,
-                        client_state_dtype):
+def _check_builder_args(beta, delta_from, clip_norm, weight_decay):
     if (isinstance(beta, bool) or not isinstance(beta, (int, float, np.integer, np.floating))
             or not math.isfinite(beta) or abs(beta) > FLOAT32_MAX):
         raise ValueError(f"beta={beta!r} must be a finite float32 number (the paper sweeps "
@@ -68,10 +67,6 @@ def _check_builder_args(beta, delta_from, clip_norm, weight_decay, execution, ch
     for name, value in (("clip_norm", clip_norm), ("weight_decay", weight_decay)):
         if value is not None and (not math.isfinite(value) or value < 0):
             raise ValueError(f"{name}={value!r} must be None, 0 (off) or a positive number")
-    execution_lib.check_strategy(execution, chunk_size)
-    if client_state_dtype is not None and client_state_dtype not in CLIENT_STATE_DTYPES:
-        raise ValueError(f"client_state_dtype={client_state_dtype!r} is not allowed; use None "
-                         f"(the parameters' dtype) or one of {', '.join(CLIENT_STATE_DTYPES)}")
 
 
 def check_round_input(round_input: RoundInput, num_clients: int, num_devices: int = 1) -> None:
@@ -135,17 +130,34 @@ def as_arrays(round_input: RoundInput) -> RoundInput:
         mask=None if mask is None else jnp.asarray(mask, bool))
 
 
-def build_algorithm(loss_fn, *, correction: Correction = NONE, gradient=local.plain_gradient,
-                    beta: float = 0.0, delta_from: str = "global",
-                    server_optimizer=None, clip_norm=None, weight_decay=None,
-                    execution: str = "vmap", chunk_size=None,
-                    num_devices=None, client_state_dtype=None,
-                    donate_state: bool = False) -> FederatedAlgorithm:
-    """A FederatedAlgorithm for `loss_fn(params, batch, key) -> scalar`.
+RUNTIME_DEFAULTS = {"execution": "vmap", "chunk_size": None, "num_devices": None,
+                    "client_state_dtype": None, "donate_state": False}
 
-    correction: the algorithm's plug-in (FedAvg: none). gradient: loss_fn -> local.Gradient
-    (plain, SAM, ...). server_optimizer: optax transformation applied to the
+
+def build_algorithm(loss_fn, *, correction: Correction = NONE, beta: float = 0.0,
+                    delta_from: str = "global", server_optimizer=None, clip_norm=None,
+                    weight_decay=None, costs: Costs | None = None) -> FederatedAlgorithm:
+    """A FederatedAlgorithm for `loss_fn(params, batch, key) -> scalar`, run with the
+    default runtime (vmapped clients on one device); `algo.with_runtime(...)` for another.
+
+    correction: the algorithm's plug-in (FedAvg: none; its local_gradient, if any, replaces
+    the plain gradient). server_optimizer: optax transformation applied to the
     pseudo-gradient -mean_S(delta_i); default sgd(1.0), i.e. w <- w + mean delta.
+    costs: what the algorithm communicates and stores (default: the correction's).
+    """
+    _check_builder_args(beta, delta_from, clip_norm, weight_decay)
+    spec = dict(loss_fn=loss_fn, correction=correction, beta=beta, delta_from=delta_from,
+                server_optimizer=optax.sgd(1.0) if server_optimizer is None
+                else server_optimizer, clip_norm=clip_norm, weight_decay=weight_decay,
+                costs=correction.costs if costs is None else costs)
+    return _compile(spec, **RUNTIME_DEFAULTS)
+
+
+def _compile(spec, *, execution, chunk_size, num_devices, client_state_dtype,
+             donate_state) -> FederatedAlgorithm:
+    """The algorithm of `spec` under one runtime: how the round runs, never what it computes.
+
+    execution / chunk_size: how the sampled clients are mapped (execution.py).
     num_devices: split the sampled clients over this many devices (shard_map); None: one.
     client_state_dtype: storage dtype of the per-client state (None: the parameters' own).
     donate_state: `apply` donates the state's buffers to the round (jit donate_argnums), so
@@ -153,20 +165,24 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, gradient=local.pl
     half the peak memory); the state passed in must not be used after the call (JAX raises
     "Array has been deleted" if it is). The binaries donate; the API default keeps it.
     """
-    _check_builder_args(beta, delta_from, clip_norm, weight_decay, execution, chunk_size,
-                        client_state_dtype)
-    mesh = execution_lib.client_mesh(num_devices)
-    server_opt = optax.sgd(1.0) if server_optimizer is None else server_optimizer
-    gradient_fn = gradient(loss_fn)
+    strategies.check_strategy(execution, chunk_size)
+    if client_state_dtype is not None and client_state_dtype not in CLIENT_STATE_DTYPES:
+        raise ValueError(f"client_state_dtype={client_state_dtype!r} is not allowed; use None "
+                         f"(the parameters' dtype) or one of {', '.join(CLIENT_STATE_DTYPES)}")
+    mesh = strategies.client_mesh(num_devices)
+    correction, server_opt = spec["correction"], spec["server_optimizer"]
+    clip_norm, delta_from = spec["clip_norm"], spec["delta_from"]
+    gradient_fn = (correction.local_gradient or local.plain_gradient)(spec["loss_fn"])
+    client, server = correction.client, correction.server
     # the authors' clip form: a proximal / dual pull lam * w is added after clipping
-    local_decay = (weight_decay if not correction.decay
-                   else (weight_decay or 0.0) + correction.decay)
+    weight_decay = spec["weight_decay"]
+    local_decay = weight_decay if not client.decay else (weight_decay or 0.0) + client.decay
 
-    def store(tree_):  # per-client state as kept in FedState
-        return tree_ if client_state_dtype is None else _floats_to(client_state_dtype, tree_)
+    def store(pytree):  # per-client state as kept in FedState
+        return pytree if client_state_dtype is None else _floats_to(client_state_dtype, pytree)
 
-    def load(tree_):  # ... and as computed with
-        return tree_ if client_state_dtype is None else _floats_to(jnp.float32, tree_)
+    def load(pytree):  # ... and as computed with
+        return pytree if client_state_dtype is None else _floats_to(jnp.float32, pytree)
 
     def init(params, num_clients: int) -> FedState:
         if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
@@ -180,10 +196,10 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, gradient=local.pl
             params=params,
             client_params=store(tree.stack(params, num_clients)),
             server_opt_state=server_opt.init(params),
-            server_extra=correction.init_server(params),
-            client_extra=store(tree.stack(correction.init_client(params), num_clients)),
-            beta=jnp.asarray(beta, jnp.float32),
-            round=jnp.zeros((), jnp.int32))
+            server_state=server.init(params),
+            client_state=store(tree.stack(client.init(params), num_clients)),
+            beta=jnp.asarray(spec["beta"], jnp.float32),
+            rounds_done=jnp.zeros((), jnp.int32))
         if donate_state:  # every leaf its own buffer: none shared with the caller's params
             state = jax.tree.map(jnp.copy, state)  # or with another leaf (e.g. Adam's m, v)
         return state
@@ -193,30 +209,29 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, gradient=local.pl
         lr = jnp.asarray(round_input.local_lr, jnp.float32)
         num_clients = jax.tree.leaves(state.client_params)[0].shape[0]
         num_steps = jax.tree.leaves(round_input.batches)[0].shape[1]
-        steps_lr = num_steps * lr
         mask = round_input.mask
         weights = None if mask is None else mask.astype(jnp.float32)
         ids = (round_input.client_ids if mask is None
                else jnp.where(mask, round_input.client_ids, num_clients))  # padded: dropped
-        old_extra = load(tree.gather(state.client_extra, ids))
+        old_clients = load(tree.gather(state.client_state, ids))
         w_start = tree.relaxed_init(w, load(tree.gather(state.client_params, ids)), state.beta)
         client_keys = jax.random.split(key, ids.shape[0])
 
         def train(args):
-            w0, batches, client_key, extra = args
-            ctx = LocalContext(w, w0, state.server_extra, extra)
+            w0, batches, client_key, client_state = args
+            ctx = LocalContext(w, w0, state.server_state, client_state)
             w_end, loss, carry = local.local_update(
-                gradient_fn, lambda g, wk: correction.gradient(g, wk, ctx), w0, batches,
+                gradient_fn, lambda g, wk: client.gradient(g, wk, ctx), w0, batches,
                 client_key, lr, ctx, clip_norm=clip_norm, weight_decay=local_decay)
             progress = jax.tree.map(jnp.subtract, w_end, w0)
             return (w_end, progress, loss.astype(jnp.float32),
-                    correction.client_update(ctx, progress, steps_lr, carry))
+                    client.finalize(ctx, progress, num_steps * lr, carry))
 
         def skip(args):  # a padded slot: nothing trained, the old state kept
-            w0, _, _, extra = args
+            w0, _, _, client_state = args
             # zeros_like of a slot's own array: varying over a shard_map mesh as train's are
             no_loss = jnp.zeros_like(jax.tree.leaves(w0)[0], jnp.float32, shape=())
-            return w0, tree.zeros_like(w0), no_loss, extra
+            return w0, tree.zeros_like(w0), no_loss, client_state
 
         def one_client(args):
             if mask is None:
@@ -224,8 +239,8 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, gradient=local.pl
             *inputs, is_real = args
             return lax.cond(is_real, train, skip, tuple(inputs))
 
-        mapped = (w_start, round_input.batches, client_keys, old_extra)
-        w_end, progress, losses, new_extra = execution_lib.map_clients(
+        mapped = (w_start, round_input.batches, client_keys, old_clients)
+        w_end, progress, losses, new_clients = strategies.map_clients(
             one_client, mapped if mask is None else mapped + (mask,),
             execution, chunk_size, mesh)
 
@@ -236,17 +251,16 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, gradient=local.pl
             mean_delta = tree.client_mean(jax.tree.map(lambda x, y: x - y, w_end, w), weights)
         pseudo_grad = jax.tree.map(jnp.negative, mean_delta)
         updates, server_opt_state = server_opt.update(pseudo_grad, state.server_opt_state, w)
-        w_candidate = optax.apply_updates(w, updates)
         client_params = tree.scatter(state.client_params, ids, w_end)
-        client_extra = tree.scatter(state.client_extra, ids, new_extra)
-        server_extra = correction.server_update(
-            state.server_extra, old_extra, new_extra, mean_progress, steps_lr, num_clients,
-            weights)
-        w_new = correction.global_model(
-            w_candidate, tree.client_mean(w_end, weights), server_extra, load(client_extra))
+        client_state = tree.scatter(state.client_state, ids, new_clients)
+        server_state, w_new = server.update(state.server_state, ServerInput(
+            w_candidate=optax.apply_updates(w, updates),
+            mean_w_end=tree.client_mean(w_end, weights), mean_progress=mean_progress,
+            lr_sum=num_steps * lr, old_clients=old_clients, new_clients=new_clients,
+            all_clients=load(client_state), num_clients=num_clients, weights=weights))
 
-        new_state = FedState(w_new, client_params, server_opt_state, server_extra,
-                             client_extra, state.beta, state.round + 1)
+        new_state = FedState(w_new, client_params, server_opt_state, server_state,
+                             client_state, state.beta, state.rounds_done + 1)
         metrics = {
             "train_loss": tree.client_mean(losses, weights),
             "divergence": tree.client_mean(tree.per_client_sq_dist(w_end, w_new), weights),
@@ -273,10 +287,10 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, gradient=local.pl
             expected_states[signature] = jax.eval_shape(lambda p: init(p, num_clients),
                                                         state.params)
         want = expected_states[signature]
-        spec = lambda t: (jax.tree.structure(t),  # noqa: E731
-                          [(tuple(x.shape), jnp.dtype(x.dtype)) for x in jax.tree.leaves(t)])
+        spec_of = lambda t: (jax.tree.structure(t),  # noqa: E731
+                             [(tuple(x.shape), jnp.dtype(x.dtype)) for x in jax.tree.leaves(t)])
         for field in FedState._fields:
-            if spec(getattr(state, field)) != spec(getattr(want, field)):
+            if spec_of(getattr(state, field)) != spec_of(getattr(want, field)):
                 raise ValueError(f"state.{field} does not match this algorithm's state (was "
                                  "the state made by another algorithm's init, or for other "
                                  "params?)")
@@ -291,5 +305,15 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, gradient=local.pl
             state = jax.device_put(state, replicated)  # a no-op after the first round
         return jitted_round(state, as_arrays(round_input), key)
 
+    runtime = dict(execution=execution, chunk_size=chunk_size, num_devices=num_devices,
+                   client_state_dtype=client_state_dtype, donate_state=donate_state)
+
+    def with_runtime(**changes) -> FederatedAlgorithm:
+        unknown = sorted(set(changes) - set(RUNTIME_DEFAULTS))
+        if unknown:
+            raise ValueError(f"with_runtime: {', '.join(unknown)} not runtime options; "
+                             f"allowed: {', '.join(RUNTIME_DEFAULTS)}")
+        return _compile(spec, **{**runtime, **changes})
+
     return FederatedAlgorithm(init=init, apply=apply, round_fn=round_fn,
-                              costs=correction.costs)
+                              costs=spec["costs"], with_runtime=with_runtime)
