@@ -104,7 +104,7 @@ def main(argv):
             print(f"[{i + 1}/{len(grid)}] {name}", flush=True)
             simulation.run(config, workdir, progress=False, log=lambda line: None)
             record(name, "done")
-        except simulation.DivergenceError as err:
+        except simulation.NonFiniteError as err:
             record(name, f"diverged: {err}")
             print(f"  diverged: {err}", flush=True)
         except simulation.Stopped as err:

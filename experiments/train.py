@@ -57,7 +57,7 @@ def main(argv):
     except (ValueError, OSError) as err:  # bad config or workdir, missing or damaged data
         print(f"error: {one_line(err)}", file=sys.stderr)
         sys.exit(2)
-    except simulation.DivergenceError as err:
+    except simulation.NonFiniteError as err:
         print(f"error: diverged: {err}", file=sys.stderr)
         sys.exit(3)
     except simulation.WriteError as err:

@@ -17,6 +17,8 @@ import numpy as np
 from jax import lax
 from jax.sharding import Mesh, PartitionSpec
 
+from fedinit_jax.checks import check_choice, check_number
+
 STRATEGIES = ("vmap", "sequential", "chunked")
 
 
@@ -29,11 +31,9 @@ def resolve(execution: str) -> str:
 
 def check_strategy(execution: str, chunk_size) -> None:
     """ValueError unless `execution` names a strategy and chunk_size fits it."""
-    if execution not in STRATEGIES:
-        raise ValueError(f"execution={execution!r} is not a client execution strategy; "
-                         f"allowed: {', '.join(STRATEGIES)}")
-    if execution == "chunked" and (not isinstance(chunk_size, int) or chunk_size < 1):
-        raise ValueError(f"chunk_size={chunk_size!r}: execution='chunked' needs an int >= 1")
+    check_choice("execution", execution, STRATEGIES)
+    if execution == "chunked":
+        check_number("chunk_size", chunk_size, 1, integer=True)
 
 
 def client_mesh(num_devices):

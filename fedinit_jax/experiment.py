@@ -12,8 +12,8 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from fedinit_jax import algorithms, data, execution, models, tasks
-from fedinit_jax.federated_round import CLIENT_STATE_DTYPES
+from fedinit_jax import algorithms, checks, data, execution, models, tasks
+from fedinit_jax.federated_round import CLIENT_STATE_DTYPES, DELTA_FROM
 from fedinit_jax.types import FederatedAlgorithm
 
 PARTITIONS = ("iid", "dirichlet", "pathological")
@@ -41,28 +41,19 @@ class Experiment(NamedTuple):
     options: dict           # the resolved runtime options (execution, num_devices, ...)
 
 
-def _fail(field, value, allowed):
-    raise ValueError(f"config.{field}={value!r}: {allowed}")
-
-
-FLOAT32_MAX = float(np.finfo(np.float32).max)
 SEED_MAX = 2**32 - 1  # numpy and jax.random.key take any seed up to this
 
 
-def _number(config, field, low=None, high=None, low_open=False, integer=False, optional=False):
-    value = config[field]
-    if value is None and optional:
-        return
-    kind = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value):
-        _fail(field, value, f"must be a finite {'int' if integer else 'number'}")
-    if not integer and abs(value) > FLOAT32_MAX:
-        _fail(field, value, f"is inf in float32 (the rounds compute in float32: |x| <= "
-              f"{FLOAT32_MAX:.4g})")
-    if low is not None and (value <= low if low_open else value < low):
-        _fail(field, value, f"must be {'>' if low_open else '>='} {low}")
-    if high is not None and value > high:
-        _fail(field, value, f"must be <= {high}")
+def _fail(field, value, allowed):
+    checks.fail(f"config.{field}", value, allowed)
+
+
+def _number(config, field, *bounds, **kinds):
+    checks.check_number(f"config.{field}", config[field], *bounds, **kinds)
+
+
+def _choice(config, field, allowed):
+    checks.check_choice(f"config.{field}", config[field], allowed)
 
 
 def accepted_hparams(name: str) -> set:
@@ -72,26 +63,16 @@ def accepted_hparams(name: str) -> set:
 
 def validate(config) -> None:
     """ValueError naming the first bad field; checks what can be checked without data."""
-    if config["algorithm"] not in algorithms.REGISTRY:
-        _fail("algorithm", config["algorithm"], f"registered: {', '.join(algorithms.REGISTRY)}")
-    if config["model"] not in models.NAMES:
-        _fail("model", config["model"], f"available: {', '.join(models.NAMES)}")
+    _choice(config, "algorithm", tuple(algorithms.REGISTRY))
+    _choice(config, "model", models.NAMES)
     if not isinstance(config["dataset"], str) or not config["dataset"]:
         _fail("dataset", config["dataset"], "must name a dataset ('digits' or a TFDS name)")
-    if config["conv"] not in models.CONV_IMPLEMENTATIONS:
-        _fail("conv", config["conv"], f"allowed: {', '.join(models.CONV_IMPLEMENTATIONS)}")
-    if config["partition"] not in PARTITIONS:
-        _fail("partition", config["partition"], f"allowed: {', '.join(PARTITIONS)}")
-    if config["participation_mode"] not in data.PARTICIPATION_MODES:
-        _fail("participation_mode", config["participation_mode"],
-              f"allowed: {', '.join(data.PARTICIPATION_MODES)}")
-    if config["delta_from"] not in ("global", "start"):
-        _fail("delta_from", config["delta_from"], "allowed: global, start")
-    if config["client_state_dtype"] not in CLIENT_STATE_DTYPES:
-        _fail("client_state_dtype", config["client_state_dtype"],
-              f"allowed: {', '.join(CLIENT_STATE_DTYPES)}")
-    if config["execution"] not in execution.STRATEGIES + ("auto",):
-        _fail("execution", config["execution"], f"allowed: auto, {', '.join(execution.STRATEGIES)}")
+    _choice(config, "conv", models.CONV_IMPLEMENTATIONS)
+    _choice(config, "partition", PARTITIONS)
+    _choice(config, "participation_mode", data.PARTICIPATION_MODES)
+    _choice(config, "delta_from", DELTA_FROM)
+    _choice(config, "client_state_dtype", CLIENT_STATE_DTYPES)
+    _choice(config, "execution", ("auto",) + execution.STRATEGIES)
     _number(config, "seed", 0, SEED_MAX, integer=True)
     for field in ("rounds", "num_clients", "local_epochs", "batch_size", "eval_every",
                   "keep_checkpoints"):
@@ -124,6 +105,14 @@ def validate(config) -> None:
         _fail("participation", config["participation"],
               f"samples no client of {config['num_clients']}: needs participation * "
               "num_clients >= 0.5")
+    try:  # the builder's own range checks (rho >= 0, 0 <= alpha <= 1, ...), before any data
+        algorithms.get(config["algorithm"], _loss_never_called, **algorithm_kwargs(config))
+    except ValueError as err:
+        raise ValueError(f"config.{err}") from None
+
+
+def _loss_never_called(params, batch, key):
+    raise AssertionError("validate() builds the algorithm only to check its arguments")
 
 
 def expected_clients(config) -> int:

@@ -31,8 +31,6 @@ bf16(w_iK) and everything else is computed in float32.
 Metrics: train_loss (mean local loss), divergence = mean_S ||w_iK - w_new||^2 (the authors'
 code) and divergence_all = (1/C) sum_C ||w_i - w_new||^2 (the paper's Delta^t).
 """
-import math
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -42,11 +40,11 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from fedinit_jax import execution as strategies
 from fedinit_jax import local, tree
+from fedinit_jax.checks import FLOAT32_MAX, check_choice, check_number
 from fedinit_jax.correction import NONE, Correction, LocalContext, ServerInput
 from fedinit_jax.types import Costs, FederatedAlgorithm, FedState, RoundInput
 
 DELTA_FROM = ("global", "start")
-FLOAT32_MAX = float(np.finfo(np.float32).max)
 CLIENT_STATE_DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -57,16 +55,10 @@ def _floats_to(dtype, pytree):
 
 
 def _check_builder_args(beta, delta_from, clip_norm, weight_decay):
-    if (isinstance(beta, bool) or not isinstance(beta, (int, float, np.integer, np.floating))
-            or not math.isfinite(beta) or abs(beta) > FLOAT32_MAX):
-        raise ValueError(f"beta={beta!r} must be a finite float32 number (the paper sweeps "
-                         "-0.2..0.15)")
-    if delta_from not in DELTA_FROM:
-        raise ValueError(f"delta_from={delta_from!r} is not allowed; use 'global' (paper, "
-                         "delta_i = w_iK - w) or 'start' (authors' code, delta_i = w_iK - w_i0)")
-    for name, value in (("clip_norm", clip_norm), ("weight_decay", weight_decay)):
-        if value is not None and (not math.isfinite(value) or value < 0):
-            raise ValueError(f"{name}={value!r} must be None, 0 (off) or a positive number")
+    check_number("beta", beta)  # the paper sweeps -0.2..0.15
+    check_choice("delta_from", delta_from, DELTA_FROM)
+    check_number("clip_norm", clip_norm, 0.0, optional=True)  # None or 0: off
+    check_number("weight_decay", weight_decay, 0.0, optional=True)
 
 
 def check_round_input(round_input: RoundInput, num_clients: int, num_devices: int = 1) -> None:
@@ -166,9 +158,8 @@ def _compile(spec, *, execution, chunk_size, num_devices, client_state_dtype,
     "Array has been deleted" if it is). The binaries donate; the API default keeps it.
     """
     strategies.check_strategy(execution, chunk_size)
-    if client_state_dtype is not None and client_state_dtype not in CLIENT_STATE_DTYPES:
-        raise ValueError(f"client_state_dtype={client_state_dtype!r} is not allowed; use None "
-                         f"(the parameters' dtype) or one of {', '.join(CLIENT_STATE_DTYPES)}")
+    if client_state_dtype is not None:  # None: the parameters' own dtype
+        check_choice("client_state_dtype", client_state_dtype, CLIENT_STATE_DTYPES)
     mesh = strategies.client_mesh(num_devices)
     correction, server_opt = spec["correction"], spec["server_optimizer"]
     clip_norm, delta_from = spec["clip_norm"], spec["delta_from"]

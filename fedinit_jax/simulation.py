@@ -38,7 +38,7 @@ def _no_fault(point: str, rounds_done: int) -> None:
     del point, rounds_done
 
 
-class DivergenceError(RuntimeError):
+class NonFiniteError(RuntimeError):
     """A round produced a non-finite loss or parameters."""
 
 
@@ -161,59 +161,25 @@ def run(config: dict, workdir: str, *, log=print, progress=None, fault=None) -> 
 def _run_locked(exp, config, workdir, primary, log, progress, fault, stop):
     if primary:
         prepare_workdir(workdir, config)
-        info_path = os.path.join(workdir, "run_info.json")
-        before = workdir_lib.read_json(info_path) if os.path.exists(info_path) else {}
-        devices = exp.options["num_devices"]
-        history = before.get("num_devices_history", [])
-        if before and before.get("num_devices") != devices:  # sharding decides the last bits
-            history.append({"after_round": rounds_done(workdir, config), "num_devices": devices,
-                            "before": before.get("num_devices")})
-            log(f"warning: resuming on {devices} devices, the run so far used "
-                f"{before.get('num_devices')}: results may differ in the last bits from an "
-                "uninterrupted run (set --config.num_devices to pin it)")
-        workdir_lib.write_json(info_path, {
-            "num_devices_history": history,
-            "num_params": sum(int(x.size) for x in jax.tree.leaves(exp.init_params)),
-            "num_classes": exp.num_classes,
-            "clients_per_round": experiment.expected_clients(config),
-            "client_slots": exp.clients_per_round,
-            "participation_mode": config["participation_mode"],
-            "local_steps": exp.steps_per_round, "backend": jax.default_backend(),
-            "execution": exp.options["execution"], "num_devices": exp.options["num_devices"],
-            "num_processes": jax.process_count(), "costs": exp.algorithm.costs._asdict()})
+        _write_run_info(exp, config, workdir, log)
     else:
         log = _silent
     state = exp.algorithm.init(exp.init_params, num_clients=config["num_clients"])
     log(_state_memory_line(state, config["num_clients"]))
     checkpointer = Checkpointer(workdir, keep=config["keep_checkpoints"], log=log)
-    start, restored = checkpointer.restore(state)
-    if start:
-        state = restored
-        log(f"resumed from the checkpoint after round {start}")
-    rows = read_metrics(workdir, upto_round=start)
-    if len(rows) < start:  # rows 1..start must all be there: never a silent hole
+    try:
+        start, state, rows = _resume(checkpointer, state, config, workdir, log)
+    except WorkdirError:
         checkpointer.close()
-        raise WorkdirError(
-            f"{os.path.join(workdir, workdir_lib.METRICS)} holds rounds 1..{len(rows)} but "
-            f"the checkpoint is after round {start}: rounds {len(rows) + 1}..{start} are "
-            "missing; restore the file, or move checkpoints/ away to recompute every round")
-    if rows and start < config["rounds"] and start % config["eval_every"]:
-        # the evaluation taken because `start` was the last round of a shorter run: an
-        # uninterrupted run of config.rounds has none there
-        rows[-1] = {k: v for k, v in rows[-1].items()
-                    if k not in ("test_accuracy", "test_loss", "eval_seconds")}
+        raise
     decay = experiment.local_lr_decay(config)
     rounds = config["rounds"]
     root_key = jax.random.fold_in(jax.random.key(config["seed"]), 1)
-    scalars = bar = metrics_log = None
+    outputs = None
     failed_save = False
     try:
         if primary:
-            workdir_lib.rewrite_metrics(workdir, rows)
-            metrics_log = workdir_lib.MetricsLog(workdir)
-            scalars = workdir_lib.ScalarLog(os.path.join(workdir, "tb"), start)
-            bar = _progress(rounds, start, sys.stderr.isatty() if progress is None else progress)
-        last_accuracy = rows[-1].get("test_accuracy") if rows else None
+            outputs = _Outputs(workdir, rows, start, rounds, log, progress)
         for t in range(start, rounds):
             fault("round_start", t + 1)
             state, row = _train_round(exp, config, state, t, root_key, decay,
@@ -223,21 +189,12 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop):
                 row.update({k: float(v) for k, v in exp.evaluate(state.params).items()})
                 fault("eval", t + 1)
                 row["eval_seconds"] = time.perf_counter() - t1
-                last_accuracy = row["test_accuracy"]
             rows.append(row)
-            if primary:
-                metrics_log.write(row)
+            if outputs is not None:
+                outputs.write(row)
                 fault("metrics_written", t + 1)
-                scalars.write(t + 1, {k: v for k, v in row.items() if k != "round"})
-                if bar is not None:
-                    bar.set_postfix(loss=f"{row['train_loss']:.4f}", acc="-" if last_accuracy
-                                    is None else f"{last_accuracy:.4f}")
-                    bar.update(1)
-                else:
-                    log(_line(row))
             stopping = distributed.any_process(stop.signum is not None)
-            every = config["checkpoint_every"]
-            if (every and (t + 1) % every == 0) or t + 1 == rounds or stopping:
+            if _checkpoint_due(config, t + 1, stopping):
                 try:
                     _save(checkpointer, t + 1, state)
                 except WriteError:
@@ -252,12 +209,96 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop):
                          f"{'round ' + str(last) if last else 'none'}; the complete rows of "
                          "metrics.jsonl are kept; rerun the same command to resume") from None
     finally:
-        for resource in (metrics_log, scalars, bar):
-            if resource is not None:
-                resource.close()
+        if outputs is not None:
+            outputs.close()
         if not failed_save:  # after a failed save orbax's writer threads may still be
             checkpointer.close()  # failing: closing now makes them print tracebacks
     return rows
+
+
+def _checkpoint_due(config, rounds_done, stopping) -> bool:
+    """The checkpoint policy: every checkpoint_every rounds, after the last, and on a stop."""
+    every = config["checkpoint_every"]
+    return bool(every and rounds_done % every == 0) or rounds_done == config["rounds"] or stopping
+
+
+def _write_run_info(exp, config, workdir, log):
+    """run_info.json: what the run ran on; a change of device count is recorded and warned."""
+    info_path = os.path.join(workdir, "run_info.json")
+    before = workdir_lib.read_json(info_path) if os.path.exists(info_path) else {}
+    devices = exp.options["num_devices"]
+    history = before.get("num_devices_history", [])
+    if before and before.get("num_devices") != devices:  # sharding decides the last bits
+        history.append({"after_round": rounds_done(workdir, config), "num_devices": devices,
+                        "before": before.get("num_devices")})
+        log(f"warning: resuming on {devices} devices, the run so far used "
+            f"{before.get('num_devices')}: results may differ in the last bits from an "
+            "uninterrupted run (set --config.num_devices to pin it)")
+    workdir_lib.write_json(info_path, {
+        "num_devices_history": history,
+        "num_params": sum(int(x.size) for x in jax.tree.leaves(exp.init_params)),
+        "num_classes": exp.num_classes,
+        "clients_per_round": experiment.expected_clients(config),
+        "client_slots": exp.clients_per_round,
+        "participation_mode": config["participation_mode"],
+        "local_steps": exp.steps_per_round, "backend": jax.default_backend(),
+        "execution": exp.options["execution"], "num_devices": exp.options["num_devices"],
+        "num_processes": jax.process_count(), "costs": exp.algorithm.costs._asdict()})
+
+
+def _resume(checkpointer, state, config, workdir, log):
+    """(rounds done, state, metrics rows 1..rounds done) from the newest good checkpoint."""
+    start, restored = checkpointer.restore(state)
+    if start:
+        state = restored
+        log(f"resumed from the checkpoint after round {start}")
+    rows = read_metrics(workdir, upto_round=start)
+    if len(rows) < start:  # rows 1..start must all be there: never a silent hole
+        raise WorkdirError(
+            f"{os.path.join(workdir, workdir_lib.METRICS)} holds rounds 1..{len(rows)} but "
+            f"the checkpoint is after round {start}: rounds {len(rows) + 1}..{start} are "
+            "missing; restore the file, or move checkpoints/ away to recompute every round")
+    if rows and start < config["rounds"] and start % config["eval_every"]:
+        # the evaluation taken because `start` was the last round of a shorter run: an
+        # uninterrupted run of config.rounds has none there
+        rows[-1] = {k: v for k, v in rows[-1].items()
+                    if k not in ("test_accuracy", "test_loss", "eval_seconds")}
+    return start, state, rows
+
+
+class _Outputs:
+    """Process 0's per-round outputs: metrics.jsonl (rewritten to the resumed rows first),
+    TensorBoard scalars, and a progress bar or a log line."""
+
+    def __init__(self, workdir, rows, start, rounds, log, progress):
+        workdir_lib.rewrite_metrics(workdir, rows)
+        self.log = log
+        self.last_accuracy = rows[-1].get("test_accuracy") if rows else None
+        self.metrics = self.scalars = self.bar = None
+        try:
+            self.metrics = workdir_lib.MetricsLog(workdir)
+            self.scalars = workdir_lib.ScalarLog(os.path.join(workdir, "tb"), start)
+            self.bar = _progress(rounds, start,
+                                 sys.stderr.isatty() if progress is None else progress)
+        except BaseException:
+            self.close()
+            raise
+
+    def write(self, row):
+        self.metrics.write(row)
+        self.scalars.write(row["round"], {k: v for k, v in row.items() if k != "round"})
+        self.last_accuracy = row.get("test_accuracy", self.last_accuracy)
+        if self.bar is None:
+            self.log(_line(row))
+            return
+        self.bar.set_postfix(loss=f"{row['train_loss']:.4f}", acc="-" if self.last_accuracy
+                             is None else f"{self.last_accuracy:.4f}")
+        self.bar.update(1)
+
+    def close(self):
+        for resource in (self.metrics, self.scalars, self.bar):
+            if resource is not None:
+                resource.close()
 
 
 def _save(checkpointer, rounds_done, state):
@@ -298,7 +339,7 @@ def _train_round(exp, config, state, t, root_key, decay, last_checkpoint, log=pr
     metrics = {k: float(v) for k, v in metrics.items()}
     loss_ok = math.isfinite(metrics["train_loss"])
     if not (loss_ok and bool(_all_finite(new_state.params))):
-        raise DivergenceError(
+        raise NonFiniteError(
             f"round {t + 1}: non-finite {'parameters' if loss_ok else 'train loss'} "
             f"(train_loss={metrics['train_loss']}); likely beta={float(new_state.beta):g} or "
             f"local_lr={float(lr):.4g} is too large. "

@@ -149,9 +149,9 @@ def fedavgm(loss_fn, *, server_lr: float = 1.0, momentum: float = 0.9, **options
     """docs/algorithms.md's worked example, verbatim: FedAvg with server momentum."""
     import optax
 
-    from fedinit_jax.algorithms._checks import check_range
+    from fedinit_jax.checks import check_number
 
-    check_range("momentum", momentum, 0.0, 1.0, high_open=True)
+    check_number("momentum", momentum, 0.0, 1.0, high_open=True)
     return algorithms.fedavg(loss_fn, server_optimizer=optax.sgd(server_lr, momentum),
                              **options)
 

@@ -12,8 +12,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedinit_jax.algorithms._checks import check_range
 from fedinit_jax.algorithms.fedavg import fedavg
+from fedinit_jax.checks import check_number
 from fedinit_jax.types import Costs
 
 
@@ -42,10 +42,10 @@ def scale_by_adam_no_bias_correction(b1=0.9, b2=0.99, eps=0.01) -> optax.Gradien
 def fedadam(loss_fn, *, server_lr: float = 0.1, b1: float = 0.9, b2: float = 0.99,
             eps: float = 0.01, **options):
     """FedAvg with the server optimizer chain(adam-without-bias-correction, scale(-eta_g))."""
-    check_range("server_lr", server_lr, 0.0, low_open=True)
-    check_range("b1", b1, 0.0, 1.0, high_open=True)
-    check_range("b2", b2, 0.0, 1.0, high_open=True)
-    check_range("eps", eps, 0.0, low_open=True)
+    check_number("server_lr", server_lr, 0.0, low_open=True)
+    check_number("b1", b1, 0.0, 1.0, high_open=True)
+    check_number("b2", b2, 0.0, 1.0, high_open=True)
+    check_number("eps", eps, 0.0, low_open=True)
     server_optimizer = optax.chain(scale_by_adam_no_bias_correction(b1, b2, eps),
                                    optax.scale(-server_lr))
     return fedavg(loss_fn, server_optimizer=server_optimizer,

@@ -10,7 +10,7 @@ Every other baseline is this builder with a Correction or a server optimizer plu
 """
 import optax
 
-from fedinit_jax.algorithms._checks import check_range
+from fedinit_jax.checks import check_number
 from fedinit_jax.correction import NONE
 from fedinit_jax.federated_round import build_algorithm
 
@@ -25,7 +25,7 @@ def fedavg(loss_fn, *, server_lr: float = 1.0, server_optimizer=None, beta: floa
     result: `fedavg(...).with_runtime(execution="sequential")`.
     """
     if server_optimizer is None:
-        check_range("server_lr", server_lr, 0.0, low_open=True)
+        check_number("server_lr", server_lr, 0.0, low_open=True)
         server_optimizer = optax.sgd(server_lr)
     return build_algorithm(
         loss_fn, correction=correction, beta=beta, delta_from=delta_from,

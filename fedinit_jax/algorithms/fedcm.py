@@ -14,8 +14,8 @@ from typing import NamedTuple
 
 import jax
 
-from fedinit_jax.algorithms._checks import check_range
 from fedinit_jax.algorithms.fedavg import fedavg
+from fedinit_jax.checks import check_number
 from fedinit_jax.correction import ClientCorrection, Correction, ServerCorrection
 from fedinit_jax.tree import zeros_like
 from fedinit_jax.types import Costs, Params
@@ -44,5 +44,5 @@ def correction(alpha: float) -> Correction:
 
 def fedcm(loss_fn, *, alpha: float = 0.1, **options):
     """FedCM with momentum weight alpha in [0, 1]."""
-    check_range("alpha", alpha, 0.0, 1.0)
+    check_number("alpha", alpha, 0.0, 1.0)
     return fedavg(loss_fn, correction=correction(alpha), **options)

@@ -17,8 +17,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from fedinit_jax.algorithms._checks import check_range
 from fedinit_jax.algorithms.fedavg import fedavg
+from fedinit_jax.checks import check_number
 from fedinit_jax.correction import ClientCorrection, Correction, ServerCorrection
 from fedinit_jax.tree import zeros_like
 from fedinit_jax.types import Costs, Params
@@ -54,5 +54,5 @@ def correction(lam: float) -> Correction:
 
 def feddyn(loss_fn, *, lam: float = 0.1, **options):
     """FedDyn with dual coefficient lam; the server model is mean_S(w_iK) + mean_C(h_i)."""
-    check_range("lam", lam, 0.0)
+    check_number("lam", lam, 0.0)
     return fedavg(loss_fn, correction=correction(lam), **options)

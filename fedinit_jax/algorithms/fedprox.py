@@ -10,8 +10,8 @@ FedAvg. With RI the proximal centre is w_i0.
 """
 import jax
 
-from fedinit_jax.algorithms._checks import check_range
 from fedinit_jax.algorithms.fedavg import fedavg
+from fedinit_jax.checks import check_number
 from fedinit_jax.correction import ClientCorrection, Correction
 
 
@@ -26,5 +26,5 @@ def correction(mu: float) -> Correction:
 
 def fedprox(loss_fn, *, mu: float = 0.01, **options):
     """FedProx with proximal coefficient mu >= 0."""
-    check_range("mu", mu, 0.0)
+    check_number("mu", mu, 0.0)
     return fedavg(loss_fn, correction=correction(mu), **options)

@@ -8,8 +8,8 @@ SAM as a Correction that other methods compose with (FedSpeed, FedGamma, MoFedSA
 import functools
 
 from fedinit_jax import local
-from fedinit_jax.algorithms._checks import check_range
 from fedinit_jax.algorithms.fedavg import fedavg
+from fedinit_jax.checks import check_number
 from fedinit_jax.correction import Correction
 from fedinit_jax.types import Costs
 
@@ -22,5 +22,5 @@ def correction(rho: float) -> Correction:
 
 def fedsam(loss_fn, *, rho: float = 0.1, **options):
     """FedAvg with the SAM gradient of radius rho (two gradients per local step)."""
-    check_range("rho", rho, 0.0)
+    check_number("rho", rho, 0.0)
     return fedavg(loss_fn, correction=correction(rho), **options)

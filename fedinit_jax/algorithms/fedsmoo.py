@@ -19,9 +19,9 @@ import jax
 import optax
 
 from fedinit_jax import local
-from fedinit_jax.algorithms._checks import check_range
 from fedinit_jax.algorithms.fedavg import fedavg
 from fedinit_jax.algorithms.feddyn import correction as feddyn_correction
+from fedinit_jax.checks import check_number
 from fedinit_jax.correction import ClientCorrection, Correction, ServerCorrection, compose
 from fedinit_jax.tree import client_mean, zeros_like
 from fedinit_jax.types import Costs, Params
@@ -73,7 +73,7 @@ def correction(rho: float) -> Correction:
 
 def fedsmoo(loss_fn, *, rho: float = 0.1, lam: float = 0.1, **options):
     """FedSMOO with SAM radius rho and FedDyn coefficient lam: compose(FedDyn, SMOO)."""
-    check_range("rho", rho, 0.0)
-    check_range("lam", lam, 0.0)
+    check_number("rho", rho, 0.0)
+    check_number("lam", lam, 0.0)
     return fedavg(loss_fn, correction=compose(feddyn_correction(lam), correction(rho)),
                   **options)
