@@ -222,7 +222,7 @@ def _compile(spec, *, execution, chunk_size, num_devices, client_state_dtype,
             w0, _, _, client_state = args
             # zeros_like of a slot's own array: varying over a shard_map mesh as train's are
             no_loss = jnp.zeros_like(jax.tree.leaves(w0)[0], jnp.float32, shape=())
-            return w0, tree.zeros_like(w0), no_loss, client_state
+            return w0, optax.tree.zeros_like(w0), no_loss, client_state
 
         def one_client(args):
             if mask is None:

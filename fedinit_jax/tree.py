@@ -15,11 +15,6 @@ def relaxed_init(w_global, w_local, beta):
     return jax.tree.map(lambda w, wi: w + beta * (w - wi), w_global, w_local)
 
 
-def zeros_like(tree):
-    """A pytree of zeros shaped like `tree` (the initial c, c_i, h_i, d, mu_i, s)."""
-    return jax.tree.map(jnp.zeros_like, tree)
-
-
 def _real_rows(x, weights):
     """x with the rows of weight 0 (padded slots) zeroed; inf or NaN there does not leak."""
     keep = (weights > 0).reshape((-1,) + (1,) * (x.ndim - 1))

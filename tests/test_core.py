@@ -106,14 +106,13 @@ def test_two_devices_match_one(linreg_rounds, theta0, execution):
     two_client_rounds = [(ids[:2], xs[:2], ys[:2], lr) for ids, xs, ys, lr in linreg_rounds]
     counting_loss, traces = counting(linreg_loss)
 
-    one, h1 = run(algorithms.fedinit(linreg_loss).with_runtime(execution=execution), theta0, two_client_rounds)
-    two, h2 = run(algorithms.fedinit(counting_loss).with_runtime(execution=execution,
-                                                                num_devices=2), theta0,
-                  two_client_rounds[:1])
-    first = len(traces)
-    two, h2 = run(algorithms.fedinit(counting_loss).with_runtime(execution=execution,
-                                                                num_devices=2), theta0,
+    sharded = algorithms.fedinit(counting_loss).with_runtime(execution=execution, num_devices=2)
+    one, h1 = run(algorithms.fedinit(linreg_loss).with_runtime(execution=execution), theta0,
                   two_client_rounds)
+    two, h2 = run(sharded, theta0, two_client_rounds[:1])
+    first = len(traces)
+    sharded = algorithms.fedinit(counting_loss).with_runtime(execution=execution, num_devices=2)
+    two, h2 = run(sharded, theta0, two_client_rounds)
     assert len(traces) == 2 * first  # one trace per run, not per round
     for x, y in zip(jax.tree.leaves(one), jax.tree.leaves(two)):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-7)
@@ -297,9 +296,9 @@ def test_numpy_scalars_are_accepted():
 
 @pytest.mark.parametrize("name", ["fedavg", "fedadam", "scaffold"])
 def test_donated_state_gives_the_same_rounds_and_is_consumed(linreg_rounds, theta0, name):
-    """with_runtime(donate_state=True): the same numbers as without; the state passed in is deleted (its
-    buffers were reused), never the caller's params; FedAdam's m and v (equal zeros at init)
-    are separate buffers, so donating them is allowed."""
+    """with_runtime(donate_state=True): the same numbers as without; the state passed in is
+    deleted (its buffers were reused), never the caller's params; FedAdam's m and v (equal
+    zeros at init) are separate buffers, so donating them is allowed."""
     params = params_from(theta0)
     plain = algorithms.get(name, linreg_loss, beta=0.1)
     donating = algorithms.get(name, linreg_loss, beta=0.1).with_runtime(donate_state=True)

@@ -13,11 +13,11 @@ alpha = 0.1 by default; alpha = 1 is exactly FedAvg.
 from typing import NamedTuple
 
 import jax
+import optax
 
 from fedinit_jax.algorithms.fedavg import fedavg
 from fedinit_jax.checks import check_number
 from fedinit_jax.correction import ClientCorrection, Correction, ServerCorrection
-from fedinit_jax.tree import zeros_like
 from fedinit_jax.types import Costs, Params
 
 
@@ -38,7 +38,8 @@ def correction(alpha: float) -> Correction:
 
     return Correction(
         client=ClientCorrection(gradient=gradient),
-        server=ServerCorrection(init=lambda w: FedCMState(zeros_like(w)), update=_server_update),
+        server=ServerCorrection(init=lambda w: FedCMState(optax.tree.zeros_like(w)),
+                                update=_server_update),
         costs=Costs(down=("w", "d"), server_state=("d",), client_work=("d",)))
 
 

@@ -16,11 +16,11 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import optax
 
 from fedinit_jax.algorithms.fedavg import fedavg
 from fedinit_jax.checks import check_number
 from fedinit_jax.correction import ClientCorrection, Correction, ServerCorrection
-from fedinit_jax.tree import zeros_like
 from fedinit_jax.types import Costs, Params
 
 
@@ -46,7 +46,7 @@ def correction(lam: float) -> Correction:
                             ctx.w_start)
 
     return Correction(
-        client=ClientCorrection(init=lambda w: FedDynClientState(zeros_like(w)),
+        client=ClientCorrection(init=lambda w: FedDynClientState(optax.tree.zeros_like(w)),
                                 gradient=gradient, finalize=_finalize, decay=lam),
         server=ServerCorrection(update=_server_update),
         costs=Costs(server_state=("mean_h",), client_state=("h_i",)))

@@ -23,7 +23,7 @@ from fedinit_jax.algorithms.fedavg import fedavg
 from fedinit_jax.algorithms.feddyn import correction as feddyn_correction
 from fedinit_jax.checks import check_number
 from fedinit_jax.correction import ClientCorrection, Correction, ServerCorrection, compose
-from fedinit_jax.tree import client_mean, zeros_like
+from fedinit_jax.tree import client_mean
 from fedinit_jax.types import Costs, Params
 
 
@@ -63,9 +63,10 @@ def correction(rho: float) -> Correction:
         return SmooState(jax.tree.map(lambda m: scale * m, mean_mu)), inputs.w_candidate
 
     return Correction(
-        client=ClientCorrection(init=lambda w: SmooClientState(zeros_like(w)),
+        client=ClientCorrection(init=lambda w: SmooClientState(optax.tree.zeros_like(w)),
                                 finalize=lambda _ctx, _p, _lr_sum, mu: SmooClientState(mu)),
-        server=ServerCorrection(init=lambda w: SmooState(zeros_like(w)), update=server_update),
+        server=ServerCorrection(init=lambda w: SmooState(optax.tree.zeros_like(w)),
+                                update=server_update),
         local_gradient=lambda loss_fn: smoo_gradient(loss_fn, rho),
         costs=Costs(down=("w", "s"), up=("delta", "mu_i"), server_state=("s",),
                     client_state=("mu_i",), client_work=("e",)))

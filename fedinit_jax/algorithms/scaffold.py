@@ -11,10 +11,11 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import optax
 
 from fedinit_jax.algorithms.fedavg import fedavg
 from fedinit_jax.correction import ClientCorrection, Correction, ServerCorrection
-from fedinit_jax.tree import client_sum, zeros_like
+from fedinit_jax.tree import client_sum
 from fedinit_jax.types import Costs, Params
 
 
@@ -44,9 +45,10 @@ def _server_update(state, inputs):
 
 
 CORRECTION = Correction(
-    client=ClientCorrection(init=lambda w: ScaffoldClientState(zeros_like(w)),
+    client=ClientCorrection(init=lambda w: ScaffoldClientState(optax.tree.zeros_like(w)),
                             gradient=_gradient, finalize=_finalize),
-    server=ServerCorrection(init=lambda w: ScaffoldState(zeros_like(w)), update=_server_update),
+    server=ServerCorrection(init=lambda w: ScaffoldState(optax.tree.zeros_like(w)),
+                            update=_server_update),
     costs=Costs(down=("w", "c"), up=("delta", "delta_c"), server_state=("c",),
                 client_state=("c_i",)))
 
