@@ -239,7 +239,7 @@ def _compile(spec, *, execution, chunk_size, num_devices, client_state_dtype,
         if delta_from == "start":
             mean_delta = mean_progress
         else:
-            mean_delta = tree.client_mean(jax.tree.map(lambda x, y: x - y, w_end, w), weights)
+            mean_delta = tree.client_mean(jax.tree.map(lambda x, y: x - y[None], w_end, w), weights)
         pseudo_grad = jax.tree.map(jnp.negative, mean_delta)
         updates, server_opt_state = server_opt.update(pseudo_grad, state.server_opt_state, w)
         client_params = tree.scatter(state.client_params, ids, w_end)

@@ -12,7 +12,11 @@ import jax.numpy as jnp
 
 def relaxed_init(w_global, w_local, beta):
     """w_i0 = w + beta * (w - w_i); w_local may carry a leading client axis."""
-    return jax.tree.map(lambda w, wi: w + beta * (w - wi), w_global, w_local)
+    def one(w, wi):
+        w = w.reshape((1,) * (wi.ndim - w.ndim) + w.shape)  # the client axis, explicitly
+        return w + beta * (w - wi)
+
+    return jax.tree.map(one, w_global, w_local)
 
 
 def _real_rows(x, weights):
@@ -58,5 +62,6 @@ def stack(tree, n):
 def per_client_sq_dist(stacked, tree):
     """||x_i - y||^2 for every row i of a [N, ...] stacked pytree -> [N]."""
     parts = jax.tree.map(
-        lambda x, y: jnp.sum(jnp.square(x - y).reshape(x.shape[0], -1), axis=1), stacked, tree)
+        lambda x, y: jnp.sum(jnp.square(x - y[None]).reshape(x.shape[0], -1), axis=1),
+        stacked, tree)
     return sum(jax.tree.leaves(parts))

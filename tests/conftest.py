@@ -14,6 +14,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 jax.config.update("jax_enable_x64", False)
+jax.config.update("jax_numpy_rank_promotion", "raise")  # no silent broadcasting
 
 DIM = 3
 NUM_CLIENTS = 5

@@ -16,8 +16,9 @@ PAD = 4
 
 def normalize(images, mean, std):
     """uint8 [..., H, W, C] -> float32 normalised with the per-channel mean/std (0..1 scale)."""
-    mean = jnp.asarray(mean, jnp.float32)
-    std = jnp.asarray(std, jnp.float32)
+    lead = (1,) * (images.ndim - 1)  # the channel statistics broadcast over [..., H, W]
+    mean = jnp.asarray(mean, jnp.float32).reshape(lead + (-1,))
+    std = jnp.asarray(std, jnp.float32).reshape(lead + (-1,))
     return (images.astype(jnp.float32) / 255.0 - mean) / std
 
 
