@@ -124,8 +124,9 @@ def method(config) -> str:
 
 def setting(config) -> str:
     """Column label: dataset model split clients epochs."""
-    split = {"dirichlet": f"Dir-{config['dirichlet_alpha']:g}", "iid": "IID",
-             "pathological": f"Path-{config['classes_per_client']}"}[config["partition"]]
+    split = ("roles" if config["dataset"] == "shakespeare" else  # its natural partition
+             {"dirichlet": f"Dir-{config['dirichlet_alpha']:g}", "iid": "IID",
+              "pathological": f"Path-{config['classes_per_client']}"}[config["partition"]])
     part = f"{config['participation'] * 100:g}%-{config['num_clients']}"
     return f"{config['dataset']} {config['model']} {split} {part} E{config['local_epochs']}"
 

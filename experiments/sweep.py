@@ -5,7 +5,8 @@
 
 The grid is algorithms x Dirichlet alphas x betas x local epochs x delta_from x seeds on top of
 the config (which --config.FIELD overrides change for every cell). Each cell is a workdir
-<results>/<algorithm>-dir<alpha>-beta<beta>-E<epochs>-<delta_from>-s<seed>; a finished cell of
+<results>/<algorithm>-dir<alpha>-beta<beta>-E<epochs>-<delta_from>-s<seed> (Shakespeare: -roles-
+instead of -dir<alpha>-, its partition is natural); a finished cell of
 the same config is skipped, an unfinished one resumes from its last checkpoint, a diverged one
 is reported and the sweep goes on; a cell whose workdir holds another config (or is in use,
 or damaged) is reported as an error, one line, and the sweep goes on. <results>/sweep_status.json
@@ -57,7 +58,9 @@ def cells(base: dict):
                             config = {**base, "algorithm": algorithm, "dirichlet_alpha": alpha,
                                       "beta": beta, "local_epochs": e, "delta_from": delta,
                                       "seed": seed}
-                            name = (f"{algorithm}-dir{alpha:g}-beta"
+                            split = ("roles" if base["dataset"] == "shakespeare"
+                                     else f"dir{alpha:g}")  # the natural partition
+                            name = (f"{algorithm}-{split}-beta"
                                     f"{'default' if beta is None else format(beta, 'g')}"
                                     f"-E{e}-{delta}-s{seed}")
                             yield name, config

@@ -13,6 +13,7 @@ import jax
 import numpy as np
 
 from fedinit_jax import algorithms, checks, data, execution, models, tasks
+from fedinit_jax.data import shakespeare
 from fedinit_jax.federated_round import CLIENT_STATE_DTYPES, DELTA_FROM
 from fedinit_jax.types import FederatedAlgorithm
 
@@ -27,18 +28,34 @@ CHANNEL_STATS = {
 OPTIONS = ("delta_from", "weight_decay", "clip_norm")
 # fields added after runs were first saved, with the value that means "as before": a saved
 # config.json without such a field resumes under a config that keeps this value
-ADDED_FIELDS = {"client_state_dtype": "float32", "participation_mode": "fixed"}
+ADDED_FIELDS = {"client_state_dtype": "float32", "participation_mode": "fixed",
+                "local_steps": 0, "aggregation": "uniform"}
+AGGREGATIONS = ("uniform", "size")  # the server's mean over S: 1 / |S|, or n_i / sum_S n_j
 
 
 class Experiment(NamedTuple):
-    shards: data.ClientShards
+    round_batches: Callable  # (client ids, rng) -> (batches [N, K, B, ...], step_mask or None)
+    client_sizes: np.ndarray  # [C] training examples per client (aggregation="size")
     evaluate: Callable      # params -> {'test_accuracy', 'test_loss'}
     algorithm: FederatedAlgorithm
     init_params: Any
     num_classes: int
     clients_per_round: int  # N, the static client axis (Bernoulli: the bound on |S|)
-    steps_per_round: int
+    steps_per_round: int    # K
     options: dict           # the resolved runtime options (execution, num_devices, ...)
+
+
+class _Task(NamedTuple):
+    """A dataset's federated task: what build() needs besides the algorithm."""
+
+    round_batches: Callable
+    client_sizes: np.ndarray
+    loss_fn: Callable
+    evaluate: Callable
+    model: Any
+    input_shape: tuple
+    num_classes: int
+    steps: int
 
 
 SEED_MAX = 2**32 - 1  # numpy and jax.random.key take any seed up to this
@@ -73,11 +90,16 @@ def validate(config) -> None:
     _choice(config, "delta_from", DELTA_FROM)
     _choice(config, "client_state_dtype", CLIENT_STATE_DTYPES)
     _choice(config, "execution", ("auto",) + execution.STRATEGIES)
+    _choice(config, "aggregation", AGGREGATIONS)
+    if (config["dataset"] == "shakespeare") != (config["model"] in models.SEQUENCE_MODELS):
+        _fail("model", config["model"], "the shakespeare dataset takes a sequence model "
+              f"({', '.join(models.SEQUENCE_MODELS)}), and a sequence model only shakespeare")
     _number(config, "seed", 0, SEED_MAX, integer=True)
     for field in ("rounds", "num_clients", "local_epochs", "batch_size", "eval_every",
                   "keep_checkpoints"):
         _number(config, field, 1, integer=True)
     _number(config, "checkpoint_every", 0, integer=True)
+    _number(config, "local_steps", 0, integer=True)
     _number(config, "num_devices", 0, integer=True)
     _number(config, "participation", 0.0, 1.0, low_open=True)
     _number(config, "local_lr", 0.0, low_open=True)
@@ -180,6 +202,17 @@ def build(config) -> Experiment:
     """Load and split the data, build the model, the loss and the algorithm."""
     validate(config)
     options = runtime_options(config)
+    task = _text_task(config) if config["dataset"] == "shakespeare" else _image_task(config)
+    algo = algorithms.get(config["algorithm"], task.loss_fn, **algorithm_kwargs(config))
+    algo = algo.with_runtime(**options)
+    _check_memory(config, task.model, task.input_shape, algo)
+    init_params = task.model.init(jax.random.key(config["seed"]), task.input_shape)
+    return Experiment(task.round_batches, task.client_sizes, task.evaluate, algo, init_params,
+                      task.num_classes, clients_per_round(config), task.steps, options)
+
+
+def _image_task(config) -> _Task:
+    """Image classification: a partition of the training split into equal shards."""
     train_x, train_y, num_classes = load_split(config, "train")
     test_x, test_y, _ = load_split(config, "test")
     if config["num_clients"] > len(train_y):
@@ -201,15 +234,50 @@ def build(config) -> Experiment:
     model = models.get(config["model"], num_classes, conv=config["conv"],
                        **({"width": config["model_width"]}
                           if config["model"] in models.WIDTH_MODELS else {}))
-    loss_fn = tasks.classification_loss(model.apply, mean, std, augment=config["augment"])
-    algo = algorithms.get(config["algorithm"], loss_fn, **algorithm_kwargs(config))
-    algo = algo.with_runtime(**options)
-    _check_memory(config, model, train_x.shape[1:], algo)
-    init_params = model.init(jax.random.key(config["seed"]), train_x.shape[1:])
-    evaluate = tasks.make_evaluator(model.apply, test_x, test_y, mean, std)
-    steps = config["local_epochs"] * data.steps_per_epoch(shard_size, config["batch_size"])
-    return Experiment(shards, evaluate, algo, init_params, num_classes,
-                      clients_per_round(config), steps, options)
+
+    def round_batches(ids, rng):
+        return data.round_batches(shards, ids, epochs=config["local_epochs"],
+                                  batch_size=config["batch_size"], rng=rng,
+                                  steps=config["local_steps"]), None
+
+    steps = config["local_steps"] or (
+        config["local_epochs"] * data.steps_per_epoch(shard_size, config["batch_size"]))
+    return _Task(round_batches, np.full(config["num_clients"], shard_size),
+                 tasks.classification_loss(model.apply, mean, std, augment=config["augment"]),
+                 tasks.make_evaluator(model.apply, test_x, test_y, mean, std), model,
+                 train_x.shape[1:], num_classes, steps)
+
+
+def _text_task(config) -> _Task:
+    """Shakespeare next-character prediction: num_clients roles (a subset drawn with the
+    seed when fewer than all), their own windows, masked or fixed local steps."""
+    roles, train, test = shakespeare.load(config["data_dir"], config["cache_dir"])
+    if config["num_clients"] > len(roles):
+        _fail("num_clients", config["num_clients"],
+              f"the Shakespeare texts hold {len(roles)} clients (roles with >= 2 speeches)")
+    chosen = np.sort(np.random.default_rng([config["seed"], 3]).permutation(len(roles))
+                     [: config["num_clients"]])
+    train = shakespeare.pack([_rows(train, i) for i in chosen])
+    test_x = np.concatenate([_rows(test, i)[0] for i in chosen])
+    test_y = np.concatenate([_rows(test, i)[1] for i in chosen])
+    model = models.get(config["model"], shakespeare.VOCAB_SIZE)
+    max_steps = shakespeare.max_local_steps(train.sizes, config["batch_size"],
+                                            config["local_epochs"])
+
+    def round_batches(ids, rng):
+        return shakespeare.round_batches(train, ids, batch_size=config["batch_size"], rng=rng,
+                                         epochs=config["local_epochs"],
+                                         steps=config["local_steps"], max_steps=max_steps)
+
+    return _Task(round_batches, train.sizes, tasks.next_character_loss(model.apply),
+                 tasks.make_text_evaluator(model.apply, test_x, test_y), model,
+                 (shakespeare.SEQUENCE_LENGTH,), shakespeare.VOCAB_SIZE,
+                 config["local_steps"] or max_steps)
+
+
+def _rows(clients, i):
+    lo, hi = clients.offsets[i], clients.offsets[i + 1]
+    return clients.x[lo:hi], clients.y[lo:hi]
 
 
 def available_memory():

@@ -106,6 +106,19 @@ def check_round_input(round_input: RoundInput, num_clients: int, num_devices: in
         if (isinstance(leaf, np.ndarray) and np.issubdtype(leaf.dtype, np.floating)
                 and not np.isfinite(leaf[real_rows]).all()):
             raise ValueError("batches of sampled clients hold NaN or inf values")
+    if round_input.step_mask is not None:
+        steps = np.asarray(round_input.step_mask)
+        if steps.shape != shapes[0][:2] or steps.dtype != np.bool_:
+            raise ValueError(f"step_mask must be a bool array shaped [N, K] = "
+                             f"{list(shapes[0][:2])}, got shape {steps.shape} dtype {steps.dtype}")
+        if not steps[real_rows].any(axis=1).all():
+            raise ValueError("step_mask: every sampled client needs >= 1 real local step")
+    if round_input.weights is not None:
+        w = np.asarray(round_input.weights)
+        if (w.shape != ids.shape or not np.issubdtype(w.dtype, np.number)
+                or not np.isfinite(w).all() or not (w[real_rows] > 0).all()):
+            raise ValueError(f"weights must be finite numbers shaped like client_ids {ids.shape}, "
+                             f"> 0 for the sampled clients; got {w!r}")
     lr = np.asarray(round_input.local_lr)
     if (lr.shape != () or not np.issubdtype(lr.dtype, np.number) or not np.isfinite(lr)
             or not 0 < lr <= FLOAT32_MAX):
@@ -115,11 +128,15 @@ def check_round_input(round_input: RoundInput, num_clients: int, num_devices: in
 
 def as_arrays(round_input: RoundInput) -> RoundInput:
     """The round input with int32 ids, a float32 lr and a bool mask (when there is one)."""
-    mask = round_input.mask
+    def optional(x, dtype):
+        return None if x is None else jnp.asarray(x, dtype)
+
     return round_input._replace(
         client_ids=jnp.asarray(round_input.client_ids, jnp.int32),
         local_lr=jnp.asarray(round_input.local_lr, jnp.float32),
-        mask=None if mask is None else jnp.asarray(mask, bool))
+        mask=optional(round_input.mask, bool),
+        step_mask=optional(round_input.step_mask, bool),
+        weights=optional(round_input.weights, jnp.float32))
 
 
 RUNTIME_DEFAULTS = {"execution": "vmap", "chunk_size": None, "num_devices": None,
@@ -202,6 +219,13 @@ def _compile(spec, *, execution, chunk_size, num_devices, client_state_dtype,
         num_steps = jax.tree.leaves(round_input.batches)[0].shape[1]
         mask = round_input.mask
         weights = None if mask is None else mask.astype(jnp.float32)
+        aggregation = weights  # the server's means over S: uniform, or by the given weights
+        if round_input.weights is not None:
+            sizes = round_input.weights.astype(jnp.float32)
+            aggregation = sizes if mask is None else sizes * weights
+        step_mask = round_input.step_mask  # [N, K] or None
+        real_steps = (jnp.full(round_input.client_ids.shape, num_steps, jnp.float32)
+                      if step_mask is None else jnp.sum(step_mask, axis=1).astype(jnp.float32))
         ids = (round_input.client_ids if mask is None
                else jnp.where(mask, round_input.client_ids, num_clients))  # padded: dropped
         old_clients = load(tree.gather(state.client_state, ids))
@@ -209,17 +233,18 @@ def _compile(spec, *, execution, chunk_size, num_devices, client_state_dtype,
         client_keys = jax.random.split(key, ids.shape[0])
 
         def train(args):
-            w0, batches, client_key, client_state = args
+            w0, batches, client_key, client_state, steps, k = args
             ctx = LocalContext(w, w0, state.server_state, client_state)
             w_end, loss, carry = local.local_update(
                 gradient_fn, lambda g, wk: client.gradient(g, wk, ctx), w0, batches,
-                client_key, lr, ctx, clip_norm=clip_norm, weight_decay=local_decay)
+                client_key, lr, ctx, clip_norm=clip_norm, weight_decay=local_decay,
+                step_mask=steps)
             progress = jax.tree.map(jnp.subtract, w_end, w0)
             return (w_end, progress, loss.astype(jnp.float32),
-                    client.finalize(ctx, progress, num_steps * lr, carry))
+                    client.finalize(ctx, progress, k * lr, carry))
 
         def skip(args):  # a padded slot: nothing trained, the old state kept
-            w0, _, _, client_state = args
+            w0, _, _, client_state, _, _ = args
             # zeros_like of a slot's own array: varying over a shard_map mesh as train's are
             no_loss = jnp.zeros_like(jax.tree.leaves(w0)[0], jnp.float32, shape=())
             return w0, optax.tree.zeros_like(w0), no_loss, client_state
@@ -230,24 +255,26 @@ def _compile(spec, *, execution, chunk_size, num_devices, client_state_dtype,
             *inputs, is_real = args
             return lax.cond(is_real, train, skip, tuple(inputs))
 
-        mapped = (w_start, round_input.batches, client_keys, old_clients)
+        mapped = (w_start, round_input.batches, client_keys, old_clients, step_mask, real_steps)
         w_end, progress, losses, new_clients = strategies.map_clients(
             one_client, mapped if mask is None else mapped + (mask,),
             execution, chunk_size, mesh)
 
-        mean_progress = tree.client_mean(progress, weights)
+        mean_progress = tree.client_mean(progress, aggregation)
         if delta_from == "start":
             mean_delta = mean_progress
         else:
-            mean_delta = tree.client_mean(jax.tree.map(lambda x, y: x - y[None], w_end, w), weights)
+            mean_delta = tree.client_mean(jax.tree.map(lambda x, y: x - y[None], w_end, w),
+                                          aggregation)
         pseudo_grad = jax.tree.map(jnp.negative, mean_delta)
         updates, server_opt_state = server_opt.update(pseudo_grad, state.server_opt_state, w)
         client_params = tree.scatter(state.client_params, ids, w_end)
         client_state = tree.scatter(state.client_state, ids, new_clients)
         server_state, w_new = server.update(state.server_state, ServerInput(
             w_candidate=optax.apply_updates(w, updates),
-            mean_w_end=tree.client_mean(w_end, weights), mean_progress=mean_progress,
-            lr_sum=num_steps * lr, old_clients=old_clients, new_clients=new_clients,
+            mean_w_end=tree.client_mean(w_end, aggregation), mean_progress=mean_progress,
+            lr_sum=tree.client_mean(real_steps, weights) * lr, old_clients=old_clients,
+            new_clients=new_clients,
             all_clients=load(client_state), num_clients=num_clients, weights=weights))
 
         new_state = FedState(w_new, client_params, server_opt_state, server_state,

@@ -86,24 +86,34 @@ def sam_gradient(loss_fn, rho) -> Gradient:
 
 
 def local_update(gradient: Gradient, correct, w_start, batches, key, learning_rate, ctx=None,
-                 *, clip_norm=None, weight_decay=None):
+                 *, clip_norm=None, weight_decay=None, step_mask=None):
     """K local steps from w_start over `batches` (leaves [K, B, ...]) with lax.scan.
 
     gradient: a Gradient; correct: (g, w) -> corrected g; ctx: the client's LocalContext.
-    Returns (w_K, mean loss over the K steps, the gradient's final carry).
+    step_mask: None, or [K] bool: a False step is skipped (lax.cond), so it changes neither
+    w, the optimizer state, the gradient's carry nor the loss.
+    Returns (w_K, mean loss over the real steps, the gradient's final carry).
     """
     opt = client_optimizer(learning_rate, clip_norm, weight_decay)
     num_steps = jax.tree.leaves(batches)[0].shape[0]
     step_keys = jax.random.split(key, num_steps)
 
-    def step(state, xs):
+    def take_step(state, batch, step_key):
         w, opt_state, carry = state
-        batch, step_key = xs
         loss, g, carry = gradient.apply(w, batch, step_key, carry, ctx)
         g = correct(g, w)
         updates, opt_state = opt.update(g, opt_state, w)
-        return (optax.apply_updates(w, updates), opt_state, carry), loss
+        return (optax.apply_updates(w, updates), opt_state, carry), loss.astype(jnp.float32)
+
+    def step(state, xs):
+        batch, step_key, real = xs
+        if real is None:
+            return take_step(state, batch, step_key)
+        return lax.cond(real, lambda s: take_step(s, batch, step_key),
+                        lambda s: (s, jnp.zeros((), jnp.float32)), state)
 
     init = (w_start, opt.init(w_start), gradient.init(ctx))
-    (w_end, _, carry), losses = lax.scan(step, init, (batches, step_keys))
-    return w_end, losses.mean(), carry
+    (w_end, _, carry), losses = lax.scan(step, init, (batches, step_keys, step_mask))
+    if step_mask is None:
+        return w_end, losses.mean(), carry
+    return w_end, losses.sum() / jnp.maximum(jnp.sum(step_mask), 1), carry

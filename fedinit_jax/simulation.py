@@ -330,12 +330,12 @@ def _train_round(exp, config, state, t, root_key, decay, last_checkpoint, log=pr
     """Round t (0-based): its inputs from (seed, t), the jitted round, the divergence guard."""
     t0 = time.perf_counter()
     ids, mask = _sample(exp, config, t, log)
-    batches = data.round_batches(exp.shards, ids, epochs=config["local_epochs"],
-                                 batch_size=config["batch_size"],
-                                 rng=np.random.default_rng([config["seed"], 2, t]))
+    batches, step_mask = exp.round_batches(ids, np.random.default_rng([config["seed"], 2, t]))
+    weights = exp.client_sizes[ids] if config["aggregation"] == "size" else None
     lr = np.float32(config["local_lr"] * decay ** t)
-    new_state, metrics = exp.algorithm.apply(state, RoundInput(ids, batches, lr, mask),
-                                             jax.random.fold_in(root_key, t))
+    new_state, metrics = exp.algorithm.apply(
+        state, RoundInput(ids, batches, lr, mask, step_mask, weights),
+        jax.random.fold_in(root_key, t))
     metrics = {k: float(v) for k, v in metrics.items()}
     loss_ok = math.isfinite(metrics["train_loss"])
     if not (loss_ok and bool(_all_finite(new_state.params))):

@@ -1,9 +1,18 @@
-"""Image classification as a federated task: the clients' loss and the global evaluation.
+"""The federated tasks: the clients' loss and the global evaluation.
+
+Image classification:
 
 loss_fn(params, (images uint8 [B, H, W, C], labels [B]), key) -> mean cross-entropy, with
 normalisation by the dataset's per-channel mean/std and, for training, the reference's
 augmentation drawn from `key` (data/augment.py). Evaluation: accuracy and mean loss of the
 global model over a whole test split, in fixed-size batches (the last one masked).
+
+Next-character prediction (Shakespeare, data/shakespeare.py):
+loss_fn(params, (x, y) int32 [B, T], key) -> mean cross-entropy over the targets that are not
+PAD (an all-PAD batch, a masked step, gives 0). Evaluation as TFF and fedjax report it
+("accuracy_in_vocab"): accuracy over the targets that are neither PAD nor EOS, with the
+PAD, BOS, EOS and OOV logits masked (predicting OOV counts as a mistake); test_loss is the
+mean cross-entropy over the non-PAD targets.
 """
 
 import jax
@@ -11,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from fedinit_jax.data import shakespeare
 from fedinit_jax.data.augment import augment as augment_images
 from fedinit_jax.data.augment import normalize
 
@@ -52,5 +62,50 @@ def make_evaluator(apply_fn, images, labels, mean, std, batch_size: int = 1000):
 
         losses, corrects = jax.lax.map(one_batch, (xs, ys, mask))
         return {"test_accuracy": jnp.sum(corrects) / n, "test_loss": jnp.sum(losses) / n}
+
+    return evaluate
+
+
+def next_character_loss(apply_fn):
+    """(params, (x, y), key) -> mean cross-entropy over y != PAD (0 when every y is PAD)."""
+
+    def loss_fn(params, batch, key):
+        del key
+        x, y = batch
+        ce = optax.softmax_cross_entropy_with_integer_labels(apply_fn(params, x), y)
+        real = (y != shakespeare.PAD).astype(ce.dtype)
+        return jnp.sum(ce * real) / jnp.maximum(jnp.sum(real), 1.0)
+
+    return loss_fn
+
+
+def make_text_evaluator(apply_fn, x, y, batch_size: int = 256):
+    """evaluate(params) -> {'test_accuracy', 'test_loss'} over every test window."""
+    n = len(x)
+    batch_size = min(batch_size, n)
+    num_batches = -(-n // batch_size)
+    pad = num_batches * batch_size - n
+    xs = np.concatenate([x, np.full((pad, x.shape[1]), shakespeare.PAD, x.dtype)])
+    ys = np.concatenate([y, np.full((pad, y.shape[1]), shakespeare.PAD, y.dtype)])
+    xs, ys = (jnp.asarray(a.reshape(num_batches, batch_size, -1)) for a in (xs, ys))
+    not_predicted = np.zeros(shakespeare.VOCAB_SIZE, bool)
+    not_predicted[[shakespeare.PAD, shakespeare.BOS, shakespeare.EOS, shakespeare.OOV]] = True
+    logit_mask = jnp.where(jnp.asarray(not_predicted), -jnp.inf, 0.0)
+    counted = float(np.sum((y != shakespeare.PAD) & (y != shakespeare.EOS)))
+    tokens = float(np.sum(y != shakespeare.PAD))
+
+    @jax.jit
+    def evaluate(params):
+        def one_batch(args):
+            xb, yb = args
+            logits = apply_fn(params, xb)
+            ce = optax.softmax_cross_entropy_with_integer_labels(logits, yb)
+            real = yb != shakespeare.PAD
+            in_vocab = real & (yb != shakespeare.EOS)
+            correct = jnp.argmax(logits + logit_mask, -1) == yb
+            return jnp.sum(jnp.where(real, ce, 0.0)), jnp.sum(correct & in_vocab)
+
+        losses, corrects = jax.lax.map(one_batch, (xs, ys))
+        return {"test_accuracy": jnp.sum(corrects) / counted, "test_loss": jnp.sum(losses) / tokens}
 
     return evaluate

@@ -26,16 +26,21 @@ def _real_rows(x, weights):
 
 
 def client_sum(tree, weights=None):
-    """Sum over the leading client axis: sum_S(x_i); with weights ([N] 0/1, 0 = a padded
-    slot), of the rows of weight 1 only."""
+    """Sum over the leading client axis: sum_S(x_i); with weights ([N] >= 0, 0 = a padded
+    slot), sum_S(weight_i x_i) over the rows of positive weight only."""
     if weights is None:
         return jax.tree.map(lambda x: jnp.sum(x, axis=0), tree)
-    return jax.tree.map(lambda x: jnp.sum(_real_rows(x, weights), axis=0), tree)
+
+    def weighted(x):
+        w = weights.reshape((-1,) + (1,) * (x.ndim - 1)).astype(x.dtype)
+        return jnp.sum(_real_rows(x, weights) * w, axis=0)
+
+    return jax.tree.map(weighted, tree)
 
 
 def client_mean(tree, weights=None):
-    """Mean over the leading client axis: mean_S(x_i); with weights ([N] 0/1, 0 = a padded
-    slot), sum_S(x_i) / |S| over the rows of weight 1 only."""
+    """Mean over the leading client axis: mean_S(x_i); with weights ([N] >= 0, 0 = a padded
+    slot), sum_S(weight_i x_i) / sum_S(weight_i) (0/1 weights: the mean over the real rows)."""
     if weights is None:
         return jax.tree.map(lambda x: jnp.mean(x, axis=0), tree)
     count = jnp.sum(weights)

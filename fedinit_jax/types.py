@@ -29,12 +29,21 @@ class RoundInput(NamedTuple):
       round whose |S| varies (Bernoulli participation) pads S to a static N; padded slots
       train nothing, count in no mean or metric, and write no client state; their
       client_ids are ignored.
+    step_mask: None (every local step is real), or [N, K] bool: False marks a padded local
+      step (clients of unequal size, data/shakespeare.py), which changes nothing: not the
+      parameters, the loss, the optimizer or a correction state. Client i's K eta_l becomes
+      (its real steps) * eta_l.
+    weights: None (the server's means over S are uniform, the paper's), or [N] positive
+      floats, e.g. client sizes n_i: the server averages delta_i, p_i and w_iK with these
+      weights (FedAvg's n_i / n). Correction sums and metrics stay uniform.
     """
 
     client_ids: Array
     batches: PyTree
     local_lr: Array
     mask: Array | None = None
+    step_mask: Array | None = None
+    weights: Array | None = None
 
 
 class FedState(NamedTuple):

@@ -16,8 +16,10 @@ def get_config():
     c = ml_collections.ConfigDict()
     c.seed = 0
     # data
-    c.dataset = "digits"            # 'digits' (embedded) or a TFDS name: cifar10, cifar100, ...
-    c.data_dir = ""                 # TFDS data dir; '' = $TFDS_DATA_DIR or TFDS's default
+    c.dataset = "digits"            # 'digits' (embedded), 'shakespeare' (one client per role,
+                                    # configs/shakespeare.py) or a TFDS name: cifar10, ...
+    c.data_dir = ""                 # TFDS data dir ('' = $TFDS_DATA_DIR or TFDS's default);
+                                    # shakespeare: the play texts ('' = found or fetched)
     c.cache_dir = ""                # decoded-array cache; '' = $FEDINIT_CACHE_DIR or ~/.cache
     c.num_clients = 20
     c.participation = 0.25          # clients per round = round(participation * num_clients)
@@ -45,7 +47,10 @@ def get_config():
     c.weight_decay = 1e-3
     c.clip_norm = 10.0
     c.local_epochs = 2
+    c.local_steps = 0               # 0: local_epochs over each client's data (clients of
+                                    # unequal size: masked steps); K > 0: K steps drawn from it
     c.batch_size = 16
+    c.aggregation = "uniform"       # uniform (paper: mean over S) | size (FedAvg's n_i / n)
     c.execution = "auto"            # auto | vmap | sequential | chunked
     c.chunk_size = config_dict.placeholder(int)
     c.num_devices = 0               # shard clients over devices; 0 = all that divide N evenly

@@ -39,16 +39,25 @@ def steps_per_epoch(shard_size: int, batch_size: int) -> int:
 
 
 def round_batches(shards: ClientShards, client_ids, *, epochs: int, batch_size: int,
-                  rng: np.random.Generator):
-    """(images [N, K, B, H, W, ch] uint8, labels [N, K, B] int32) for the sampled clients."""
+                  rng: np.random.Generator, steps: int = 0):
+    """(images [N, K, B, H, W, ch] uint8, labels [N, K, B] int32) for the sampled clients:
+    `epochs` reshuffled passes (K = epochs * (S // B)), or with steps > 0 K = steps batches
+    drawn from the shard reshuffled pass after pass."""
     size = shards.labels.shape[1]
-    steps = steps_per_epoch(size, batch_size)
-    order = np.stack([
-        np.concatenate([rng.permutation(size)[: steps * batch_size] for _ in range(epochs)])
-        for _ in client_ids])  # [N, epochs * steps * B]
+    per_epoch = steps_per_epoch(size, batch_size)
+    if steps:
+        need = steps * batch_size
+        order = np.stack([np.concatenate([rng.permutation(size)
+                                          for _ in range(-(-need // size))])[:need]
+                          for _ in client_ids])
+    else:
+        order = np.stack([
+            np.concatenate([rng.permutation(size)[: per_epoch * batch_size]
+                            for _ in range(epochs)])
+            for _ in client_ids])  # [N, epochs * steps * B]
     rows = np.asarray(client_ids)[:, None]
     images = shards.images[rows, order]
     labels = shards.labels[rows, order]
-    k = epochs * steps
+    k = steps or epochs * per_epoch
     return (images.reshape(len(client_ids), k, batch_size, *images.shape[2:]),
             labels.reshape(len(client_ids), k, batch_size))

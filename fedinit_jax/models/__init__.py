@@ -3,6 +3,10 @@
     model = models.get("cnn", num_classes=10)
     params = model.init(key, (32, 32, 3))
     logits = model.apply(params, images)        # images [B, H, W, C] float32
+
+    model = models.get("lstm", num_classes=shakespeare.VOCAB_SIZE)
+    params = model.init(key, (80,))
+    logits = model.apply(params, tokens)        # tokens [B, 80] int32 -> [B, 80, V]
 """
 from collections.abc import Callable
 from typing import NamedTuple
@@ -13,14 +17,15 @@ import jax.numpy as jnp
 from fedinit_jax.models.cnn import CNN
 from fedinit_jax.models.conv import IMPLEMENTATIONS as CONV_IMPLEMENTATIONS  # noqa: F401
 from fedinit_jax.models.conv import conv_fn
+from fedinit_jax.models.lstm import CharLSTM
 from fedinit_jax.models.mlp import MLP
 from fedinit_jax.models.resnet import ResNet18GN
 from fedinit_jax.models.vgg import VGG11Net
 
 
 class Model(NamedTuple):
-    init: Callable   # (key, input_shape [H, W, C]) -> params
-    apply: Callable  # (params, images [B, H, W, C]) -> logits [B, classes]
+    init: Callable   # (key, input_shape [H, W, C] or [T]) -> params
+    apply: Callable  # (params, images [B, H, W, C]) -> logits [B, classes]; lstm: [B, T, V]
 
 
 _MODULES = {
@@ -29,7 +34,9 @@ _MODULES = {
     "resnet18_gn_cifar": lambda n, **kw: ResNet18GN(num_classes=n, imagenet_stem=False, **kw),
     "vgg11": lambda n, **kw: VGG11Net(num_classes=n, **kw),
     "mlp": lambda n, conv=None, **kw: MLP(num_classes=n, **kw),
+    "lstm": lambda n, conv=None, **kw: CharLSTM(vocab_size=n, **kw),
 }
+SEQUENCE_MODELS = ("lstm",)  # inputs are token ids [B, T], outputs logits [B, T, V]
 WIDTH_MODELS = ("cnn", "mlp")  # models that take a `width` multiplier
 NAMES = tuple(_MODULES)
 

