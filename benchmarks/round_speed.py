@@ -16,7 +16,9 @@ round needs; "first round" is compile + one round. The PyTorch column is a lean 
 loop of the same model in PyTorch (the CNN and ResNet-18-GN have twins here). The evaluation
 table times the test-split evaluation the training binary runs (10,000 images, batches of
 1,000) against PyTorch's; the memory table shows XLA's account of the round with and without
-donating the state. Run it on a quiet machine (nothing else on the cores).
+donating the state; the lstm table times the Shakespeare LSTM round (clients of unequal size:
+fixed K steps, or one epoch each with masked steps; sequential or vmapped) against PyTorch.
+Run it on a quiet machine (nothing else on the cores).
 """
 import argparse
 import os
@@ -449,6 +451,141 @@ def memory_table(args):
     return header, rows
 
 
+# windows per client of the Shakespeare-shaped round: sizes that differ by 20x, as roles do
+LSTM_SIZES = (2, 3, 5, 8, 12, 16, 20, 25, 32, 40)
+
+
+def lstm_round_data(n, batch, fixed_steps, seed=0):
+    """A Shakespeare-shaped round of n clients of LSTM_SIZES windows (80 random characters):
+    fixed_steps > 0 draws K = fixed_steps batches per client; 0 runs one epoch over each
+    client's windows, padded with masked steps to the largest client's."""
+    from fedinit_jax.data import shakespeare
+
+    rng = np.random.default_rng(seed)
+    sizes = [LSTM_SIZES[i % len(LSTM_SIZES)] for i in range(n)]
+    data = shakespeare.pack([tuple(rng.integers(3, shakespeare.OOV, (m, 2, 80)).transpose(
+        1, 0, 2).astype(np.int32)) for m in sizes])
+    ids = np.arange(n, dtype=np.int32)
+    batches, mask = shakespeare.round_batches(
+        data, ids, batch_size=batch, rng=rng, steps=fixed_steps,
+        max_steps=shakespeare.max_local_steps(data.sizes, batch, 1))
+    return RoundInput(ids, batches, np.float32(1.0), step_mask=mask)
+
+
+class LstmRound:
+    """One library FedAvg round of the Shakespeare LSTM (lr 1, no clip or decay)."""
+
+    def __init__(self, execution, num_devices, inp):
+        from fedinit_jax.data import shakespeare
+
+        model = models.get("lstm", shakespeare.VOCAB_SIZE)
+        params = model.init(jax.random.key(0), (80,))
+        loss = tasks.next_character_loss(model.apply)
+        self.algo = algorithms.get("fedavg", loss, weight_decay=0.0, clip_norm=0.0)
+        self.algo = self.algo.with_runtime(execution=execution, num_devices=num_devices)
+        self.state = self.algo.init(params, num_clients=len(inp.client_ids))
+        self.inp = inp
+        t0 = time.perf_counter()
+        self.step()
+        self.compile_seconds = time.perf_counter() - t0
+        self.memory_bytes = None
+
+    step = LibraryRound.step
+
+
+def torch_lstm_round(inp):
+    """The LSTM round as a PyTorch per-client loop over each client's real steps only
+    (Embedding 8, LSTM 2 x 256, Linear; SGD lr 1; cross-entropy ignoring PAD), or None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    from fedinit_jax.data import shakespeare
+
+    nn = torch.nn
+    torch.manual_seed(0)
+
+    class CharLSTM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(shakespeare.VOCAB_SIZE, 8)
+            self.lstm = nn.LSTM(8, 256, num_layers=2, batch_first=True)
+            self.out = nn.Linear(256, shakespeare.VOCAB_SIZE)
+
+        def forward(self, x):
+            return self.out(self.lstm(self.embed(x))[0])
+
+    device = torch.device(TORCH_DEVICE)
+    global_model = CharLSTM().to(device)
+    x_all, y_all = (torch.from_numpy(a).long().to(device) for a in inp.batches)
+    real = (np.ones(x_all.shape[:2], bool) if inp.step_mask is None
+            else np.asarray(inp.step_mask))
+
+    class Round:
+        memory_bytes = None
+
+        def step(self):
+            state = {k: v.clone() for k, v in global_model.state_dict().items()}
+            ends = []
+            for i in range(x_all.shape[0]):
+                model = CharLSTM().to(device)
+                model.load_state_dict(state)
+                opt = torch.optim.SGD(model.parameters(), lr=1.0)
+                for k in np.flatnonzero(real[i]):
+                    opt.zero_grad()
+                    logits = model(x_all[i, k])
+                    torch.nn.functional.cross_entropy(
+                        logits.reshape(-1, logits.shape[-1]), y_all[i, k].reshape(-1),
+                        ignore_index=shakespeare.PAD).backward()
+                    opt.step()
+                ends.append(model.state_dict())
+            global_model.load_state_dict({k: sum(e[k] for e in ends) / len(ends) for k in state})
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+
+    variant = Round()
+    t0 = time.perf_counter()
+    variant.step()
+    variant.compile_seconds = time.perf_counter() - t0
+    return variant
+
+
+def lstm_table(args):
+    """The Shakespeare LSTM round: fixed K steps per client vs one epoch of each client's own
+    windows with masked steps, sequential vs vmapped clients, and PyTorch's loop over the
+    real steps only."""
+    n, b = args.clients, args.lstm_batch
+    devices = max(x for x in range(1, len(jax.devices()) + 1) if n % x == 0)
+    variants = {}
+    for mode, fixed in (("fixed K", args.lstm_steps), ("masked epoch", 0)):
+        inp = lstm_round_data(n, b, fixed)
+        real = (inp.step_mask.sum() if inp.step_mask is not None
+                else n * fixed)
+        k = inp.batches[0].shape[1]
+        for execution in ("sequential", "vmap"):
+            name = f"{mode} (K={k}, {real} real steps) / {execution} / {devices} dev"
+            print(f"  compiling {name}", flush=True)
+            variants[name] = LstmRound(execution, devices, inp)
+        if args.torch:
+            torch_variant = torch_lstm_round(inp)
+            if torch_variant is not None:
+                import torch
+
+                variants[f"{mode}: PyTorch {torch.__version__} loop, real steps"] = \
+                    torch_variant
+    medians = time_round_robin(variants, args.repeats)
+    header = ["LSTM round (N clients of 2-40 windows, B x 80 characters)", "s/round",
+              "vs PyTorch (same mode)", "first round (compile) s"]
+    rows = []
+    for name, seconds in medians.items():
+        mode = name.split(" ")[0]
+        torch_name = next((v for v in medians if v.startswith(mode) and "PyTorch" in v), None)
+        rows.append([name, f"{seconds:.3f}",
+                     f"{medians[torch_name] / seconds:.2f}x" if torch_name else "-",
+                     f"{variants[name].compile_seconds:.1f}"])
+    return header, rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="cnn", choices=models.NAMES)
@@ -466,10 +603,12 @@ def main():
     parser.add_argument("--algorithms", nargs="*", default=list(algorithms.REGISTRY))
     parser.add_argument("--algo-execution", default="sequential")
     parser.add_argument("--tables", nargs="*",
-                        default=["speed", "algorithms", "replicas", "eval", "memory"])
+                        default=["speed", "algorithms", "replicas", "eval", "memory", "lstm"])
     parser.add_argument("--state-clients", type=int, default=100,
                         help="clients C in the state of the memory table")
     parser.add_argument("--replica-betas", nargs="*", type=float, default=[0.0, 0.05, 0.1])
+    parser.add_argument("--lstm-steps", type=int, default=10, help="lstm table: fixed K")
+    parser.add_argument("--lstm-batch", type=int, default=4, help="lstm table: windows per step")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes, one repeat")
     args = parser.parse_args()
     if args.smoke:
@@ -481,6 +620,7 @@ def main():
         args.replica_betas = [0.0, 0.1]
         args.torch = False
         args.state_clients = 4
+        args.lstm_steps, args.lstm_batch = 1, 1
     global WIDTH, TORCH_DEVICE
     WIDTH, TORCH_DEVICE = args.width, args.torch_device
     peak = matmul_peak()
@@ -500,6 +640,8 @@ def main():
               flush=True)
     if "memory" in args.tables:
         print(markdown(*memory_table(args)) + "\n", flush=True)
+    if "lstm" in args.tables:
+        print(markdown(*lstm_table(args)) + "\n", flush=True)
 
 
 if __name__ == "__main__":

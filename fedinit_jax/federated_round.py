@@ -238,7 +238,7 @@ def _compile(spec, *, execution, chunk_size, num_devices, client_state_dtype,
             w_end, loss, carry = local.local_update(
                 gradient_fn, lambda g, wk: client.gradient(g, wk, ctx), w0, batches,
                 client_key, lr, ctx, clip_norm=clip_norm, weight_decay=local_decay,
-                step_mask=steps)
+                step_mask=steps, skip_by_cond=execution != "vmap")
             progress = jax.tree.map(jnp.subtract, w_end, w0)
             return (w_end, progress, loss.astype(jnp.float32),
                     client.finalize(ctx, progress, k * lr, carry))

