@@ -85,6 +85,8 @@ def test_clients_split_by_speeches_and_drop_small_roles():
     assert alpha.test == ["A last word, and a last line."]
     assert beta.test == ["As you will."] and len(beta.train) == 2
     assert not set(alpha.train) & set(alpha.test)
+    assert sh.statistics(clients)["train_characters"] == sum(
+        len(t) for c in clients for t in c.train)
 
 
 def test_vocabulary_round_trip_and_special_ids():
@@ -201,6 +203,9 @@ def test_real_texts_statistics():
     assert 1000 <= len(clients) <= 1200
     chars = sum(len(s) for c in clients for s in c.train + c.test)
     assert 3.9e6 <= chars <= 4.5e6
+    stats = sh.statistics(clients)
+    assert stats["clients"] == len(clients) and stats["characters"] == chars
+    assert stats["min"] <= stats["median"] <= stats["max"]
     hamlet = {c.role: c for c in clients if c.play == "hamlet"}
     assert "HAM" in hamlet and len(hamlet["HAM"].train) > 200
 

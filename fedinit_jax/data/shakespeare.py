@@ -273,3 +273,37 @@ def round_batches(data: TextClients, client_ids, *, batch_size: int, rng, epochs
 def max_local_steps(sizes, batch_size: int, epochs: int) -> int:
     """The static K of steps=0: epochs * ceil(largest client / B)."""
     return int(epochs * -(-int(np.max(sizes)) // batch_size))
+
+
+def statistics(clients) -> dict:
+    """The benchmark's size figures: clients, plays, characters, and per-client train
+    characters (min / median / mean / max)."""
+    train = np.array([sum(len(s) for s in c.train) for c in clients])
+    test = np.array([sum(len(s) for s in c.test) for c in clients])
+    return {"clients": len(clients), "plays": len({c.play for c in clients}),
+            "characters": int(train.sum() + test.sum()), "train_characters": int(train.sum()),
+            "test_characters": int(test.sum()), "min": int(train.min()),
+            "median": float(np.median(train)), "mean": float(train.mean()),
+            "max": int(train.max())}
+
+
+def save_histogram(clients, path: str) -> str:
+    """A PNG histogram of the clients' training characters (log-spaced bins)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = np.array([max(1, sum(len(s) for s in c.train)) for c in clients])
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ax.hist(sizes, bins=np.logspace(0, np.log10(sizes.max()) + 0.05, 40), color="tab:blue")
+    ax.set_xscale("log")
+    ax.set_xlabel("training characters per client (role)")
+    ax.set_ylabel("clients")
+    stats = statistics(clients)
+    ax.set_title(f"{stats['clients']} clients in {stats['plays']} plays, "
+                 f"{stats['characters']:,} characters (median {stats['median']:,.0f} per client)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
