@@ -40,7 +40,8 @@ class ServerInput(NamedTuple):
 
     w_candidate: w after the server optimizer's step on -mean_S(delta_i).
     mean_w_end: mean_S(w_iK).  mean_progress: mean_S(p_i), p_i = w_iK - w_i0.
-    lr_sum: K * eta_l, the sum of the round's K local step sizes.
+    lr_sum: K * eta_l, the sum of the round's K local step sizes (with masked steps,
+      RoundInput.step_mask: the mean over S of each client's real steps times eta_l).
     old_clients / new_clients: the sampled clients' states before / after the round, [N, ...].
     all_clients: every client's state after the round, [C, ...] (float32).
     num_clients: C.  weights: None, or [N]: 1 for a sampled client, 0 for a padded slot
@@ -69,7 +70,8 @@ class GradientFn(Protocol):
 
 
 class FinalizeFn(Protocol):
-    """A client's new state after training; carry is the gradient rule's final carry."""
+    """A client's new state after training; lr_sum = its real local steps times eta_l;
+    carry is the gradient rule's final carry."""
 
     def __call__(self, ctx: LocalContext, progress: Params, lr_sum: Array,
                  carry: PyTree) -> PyTree: ...
