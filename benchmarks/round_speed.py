@@ -217,36 +217,50 @@ def torch_round(model_name, inp):
     y_all = torch.from_numpy(labels).long().to(device)
     global_model = global_model.to(device)
 
+    def train_client(i, model):
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, weight_decay=1e-3)
+        for k in range(x_all.shape[1]):
+            x = x_all[i, k]
+            flip = torch.rand(x.shape[0], device=device) < 0.5
+            x = torch.where(flip.view(-1, 1, 1, 1), x.flip(3), x)
+            dy, dx = torch.randint(0, 9, (2,)).tolist()
+            x = torch.nn.functional.pad(x, (4, 4, 4, 4))[:, :, dy:dy + 32, dx:dx + 32]
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y_all[i, k]).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
+            opt.step()
+
+    return torch_fedavg(global_model, lambda: torch_model(model_name).to(device),
+                        train_client, x_all.shape[0])
+
+
+def torch_fedavg(global_model, new_model, train_client, num_clients):
+    """A PyTorch FedAvg round ready to be timed: per client a fresh model loaded with the
+    global state (as the authors' simulator), train_client(i, model) trains it, the mean of
+    the clients' states becomes the global model. One warm-up round runs first, as the
+    library variants' compiling one (PyTorch's first round pays one-time kernel set-up)."""
+    import torch
+
     class Round:
         memory_bytes = None
 
         def step(self):
             state = {k: v.clone() for k, v in global_model.state_dict().items()}
             ends = []
-            for i in range(x_all.shape[0]):
-                model = torch_model(model_name).to(device)
+            for i in range(num_clients):
+                model = new_model()
                 model.load_state_dict(state)
-                opt = torch.optim.SGD(model.parameters(), lr=0.1, weight_decay=1e-3)
-                for k in range(x_all.shape[1]):
-                    x = x_all[i, k]
-                    flip = torch.rand(x.shape[0], device=device) < 0.5
-                    x = torch.where(flip.view(-1, 1, 1, 1), x.flip(3), x)
-                    dy, dx = torch.randint(0, 9, (2,)).tolist()
-                    x = torch.nn.functional.pad(x, (4, 4, 4, 4))[:, :, dy:dy + 32, dx:dx + 32]
-                    opt.zero_grad()
-                    torch.nn.functional.cross_entropy(model(x), y_all[i, k]).backward()
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
-                    opt.step()
+                train_client(i, model)
                 ends.append(model.state_dict())
             global_model.load_state_dict({k: sum(e[k] for e in ends) / len(ends) for k in state})
-            if device.type == "cuda":
+            if next(global_model.parameters()).is_cuda:
                 torch.cuda.synchronize()
 
-    torch_variant = Round()  # a warm-up round, as the library variants' compiling one:
-    t0 = time.perf_counter()  # PyTorch's first round pays one-time kernel set-up
-    torch_variant.step()
-    torch_variant.compile_seconds = time.perf_counter() - t0
-    return torch_variant
+    variant = Round()
+    t0 = time.perf_counter()
+    variant.step()
+    variant.compile_seconds = time.perf_counter() - t0
+    return variant
 
 
 def time_round_robin(variants, repeats):
@@ -521,33 +535,18 @@ def torch_lstm_round(inp):
     real = (np.ones(x_all.shape[:2], bool) if inp.step_mask is None
             else np.asarray(inp.step_mask))
 
-    class Round:
-        memory_bytes = None
+    def train_client(i, model):
+        opt = torch.optim.SGD(model.parameters(), lr=1.0)
+        for k in np.flatnonzero(real[i]):
+            opt.zero_grad()
+            logits = model(x_all[i, k])
+            torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), y_all[i, k].reshape(-1),
+                ignore_index=shakespeare.PAD).backward()
+            opt.step()
 
-        def step(self):
-            state = {k: v.clone() for k, v in global_model.state_dict().items()}
-            ends = []
-            for i in range(x_all.shape[0]):
-                model = CharLSTM().to(device)
-                model.load_state_dict(state)
-                opt = torch.optim.SGD(model.parameters(), lr=1.0)
-                for k in np.flatnonzero(real[i]):
-                    opt.zero_grad()
-                    logits = model(x_all[i, k])
-                    torch.nn.functional.cross_entropy(
-                        logits.reshape(-1, logits.shape[-1]), y_all[i, k].reshape(-1),
-                        ignore_index=shakespeare.PAD).backward()
-                    opt.step()
-                ends.append(model.state_dict())
-            global_model.load_state_dict({k: sum(e[k] for e in ends) / len(ends) for k in state})
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-
-    variant = Round()
-    t0 = time.perf_counter()
-    variant.step()
-    variant.compile_seconds = time.perf_counter() - t0
-    return variant
+    return torch_fedavg(global_model, lambda: CharLSTM().to(device), train_client,
+                        x_all.shape[0])
 
 
 def lstm_table(args):
