@@ -561,7 +561,7 @@ def lstm_table(args):
         real = (inp.step_mask.sum() if inp.step_mask is not None
                 else n * fixed)
         k = inp.batches[0].shape[1]
-        for execution in ("sequential", "vmap"):
+        for execution in args.lstm_executions:
             name = f"{mode} (K={k}, {real} real steps) / {execution} / {devices} dev"
             print(f"  compiling {name}", flush=True)
             variants[name] = LstmRound(execution, devices, inp)
@@ -608,6 +608,7 @@ def main():
     parser.add_argument("--replica-betas", nargs="*", type=float, default=[0.0, 0.05, 0.1])
     parser.add_argument("--lstm-steps", type=int, default=10, help="lstm table: fixed K")
     parser.add_argument("--lstm-batch", type=int, default=4, help="lstm table: windows per step")
+    parser.add_argument("--lstm-executions", nargs="*", default=["sequential", "vmap"])
     parser.add_argument("--smoke", action="store_true", help="tiny shapes, one repeat")
     args = parser.parse_args()
     if args.smoke:
@@ -619,7 +620,7 @@ def main():
         args.replica_betas = [0.0, 0.1]
         args.torch = False
         args.state_clients = 4
-        args.lstm_steps, args.lstm_batch = 1, 1
+        args.lstm_steps, args.lstm_batch, args.lstm_executions = 1, 1, ["sequential"]
     global WIDTH, TORCH_DEVICE
     WIDTH, TORCH_DEVICE = args.width, args.torch_device
     peak = matmul_peak()

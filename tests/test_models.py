@@ -6,16 +6,18 @@ import pytest
 from fedinit_jax import models
 
 EXPECTED = {"cnn": 797_962, "resnet18_gn": 11_181_642, "resnet18_gn_cifar": 11_173_962,
-            "vgg11": 9_750_922, "mlp": 3072 * 128 + 128 + 128 * 128 + 128 + 128 * 10 + 10}
+            "vgg11": 9_750_922, "mlp": 3072 * 128 + 128 + 128 * 128 + 128 + 128 * 10 + 10,
+            "lstm": 8 * 10 + 4 * 256 * (8 + 256 + 1) + 4 * 256 * (512 + 1) + 257 * 10}
 
 
 @pytest.mark.parametrize("name", models.NAMES)
 def test_param_counts_and_shapes(name):
     model = models.get(name, num_classes=10)
-    params = jax.eval_shape(lambda k: model.init(k, (32, 32, 3)), jax.random.key(0))
+    shape = (80,) if name in models.SEQUENCE_MODELS else (32, 32, 3)
+    params = jax.eval_shape(lambda k: model.init(k, shape), jax.random.key(0))
     assert models.num_params(params) == EXPECTED[name]
-    logits = jax.eval_shape(model.apply, params, jnp.zeros((3, 32, 32, 3)))
-    assert logits.shape == (3, 10)
+    logits = jax.eval_shape(model.apply, params, jnp.zeros((3, *shape)))
+    assert logits.shape == ((3, 80, 10) if name in models.SEQUENCE_MODELS else (3, 10))
 
 
 def test_cnn_forward_and_flops():
