@@ -227,3 +227,20 @@ def test_binary_trains_a_few_rounds_on_plays_written_here(tmp_path):
     fixed = simulation.run({**config, "local_steps": 2, "aggregation": "size"},
                            str(tmp_path / "fixed"), **QUIET)
     assert fixed[-1]["train_loss"] < fixed[0]["train_loss"]
+
+
+@pytest.mark.parametrize("preset", ["cpu", "paper"])
+def test_presets_are_valid_configs(preset):
+    from experiments.configs import shakespeare as presets
+
+    from fedinit_jax import experiment
+
+    config = presets.get_config(preset)
+    experiment.validate(config)
+    assert config.dataset == "shakespeare" and config.model == "lstm"
+    assert experiment.clients_per_round(config) == 10
+    with pytest.raises(ValueError, match="preset"):
+        presets.get_config("gpu")
+    config.model = "cnn"
+    with pytest.raises(ValueError, match="config.model='cnn'.*sequence model"):
+        experiment.validate(config)
