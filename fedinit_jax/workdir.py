@@ -85,15 +85,21 @@ class Lock:
             self._fd = None
 
 
-def write_json(path: str, obj) -> None:
-    """Write JSON atomically (temporary file, then rename); WriteError when it fails."""
+def atomic_write(path: str, write) -> None:
+    """write(f) into a temporary file, then rename it over path: a reader sees the old file or
+    the new one, never half of it; WriteError naming the file when it fails."""
     tmp = path + ".tmp"
     try:
         with open(tmp, "w") as f:
-            json.dump(obj, f, indent=2, sort_keys=True)
+            write(f)
         os.replace(tmp, path)
     except OSError as err:
         raise WriteError(describe_write_error(path, err)) from None
+
+
+def write_json(path: str, obj) -> None:
+    """Write JSON atomically; WriteError when it fails."""
+    atomic_write(path, lambda f: json.dump(obj, f, indent=2, sort_keys=True))
 
 
 def read_json(path: str) -> dict:
@@ -139,14 +145,8 @@ def read_metrics(workdir: str, upto_round=None) -> list[dict]:
 
 def rewrite_metrics(workdir: str, rows) -> None:
     """metrics.jsonl holding exactly `rows` (atomic)."""
-    path = os.path.join(workdir, METRICS)
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "w") as f:
-            f.writelines(json.dumps(row) + "\n" for row in rows)
-        os.replace(tmp, path)
-    except OSError as err:
-        raise WriteError(describe_write_error(path, err)) from None
+    atomic_write(os.path.join(workdir, METRICS),
+                 lambda f: f.writelines(json.dumps(row) + "\n" for row in rows))
 
 
 class MetricsLog:
