@@ -14,12 +14,15 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+from fedinit_jax.workdir import WorkdirError
+
 
 class Checkpointer:
     """Save / restore FedStates under <workdir>/checkpoints, keeping the newest `keep`.
 
     A checkpoint that cannot be read (truncated, corrupted) is reported, moved aside to
-    checkpoints/corrupt-<round>, and the previous one is used instead.
+    checkpoints/corrupt-<round>, and the previous one is used instead; a whole checkpoint of
+    another state layout is left in place and raises WorkdirError.
     """
 
     def __init__(self, workdir: str, keep: int = 2, log=print):
@@ -55,6 +58,12 @@ class Checkpointer:
                 restored = self._manager.restore(step, args=ocp.args.StandardRestore(abstract))
                 restored = jax.tree.map(lambda x: jnp.asarray(np.asarray(x)), restored)
             except Exception as err:  # orbax/tensorstore raise many kinds on damaged files
+                if "tree structures do not match" in str(err):  # whole, but another layout
+                    raise WorkdirError(
+                        f"{os.path.join(self._directory, str(step))} holds a state of another "
+                        "layout (another algorithm, or one saved by an earlier fedinit_jax "
+                        "whose FedState fields differ); nothing was moved: resume it with the "
+                        "version that wrote it, or use a new workdir") from None
                 aside = os.path.join(self._directory, f"corrupt-{step}")
                 self._log(f"checkpoint after round {step} is unreadable "
                           f"({type(err).__name__}: {str(err).splitlines()[0][:200]}); "

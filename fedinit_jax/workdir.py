@@ -130,13 +130,13 @@ def read_metrics(workdir: str, upto_round=None) -> list[dict]:
     for number, line in enumerate(lines[:-1], start=1):  # lines[-1]: after the last newline
         try:
             row = json.loads(line)
-            ok = isinstance(row, dict) and row.get("round") == len(rows) + 1
+            ok = isinstance(row, dict) and row.get("round") == number
         except (UnicodeDecodeError, json.JSONDecodeError):
             ok = False
         if not ok:
             raise WorkdirError(
                 f"{path} line {number} is damaged or out of order (expected round "
-                f"{len(rows) + 1}); rows after it would be lost: restore the file, or move it "
+                f"{number}); rows after it would be lost: restore the file, or move it "
                 "away together with checkpoints/ to recompute every round")
         if upto_round is None or row["round"] <= upto_round:
             rows.append(row)

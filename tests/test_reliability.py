@@ -399,3 +399,35 @@ def test_a_workdir_without_rounds_takes_the_corrected_config(tmp_path):
     simulation._make_workdir(str(tmp_path))
     simulation.prepare_workdir(str(tmp_path), {**SMALL, "model_width": 50.0})
     assert len(simulation.run(SMALL, str(tmp_path), **QUIET)) == 4
+
+
+def test_checkpoint_of_another_layout_is_refused_and_kept(tmp_path):
+    """A whole checkpoint whose state has another structure (e.g. written before FedState's
+    fields were renamed) is not 'corrupt': WorkdirError, and it stays where it is."""
+    import jax.numpy as jnp
+
+    from fedinit_jax import algorithms
+    from fedinit_jax.checkpoint import Checkpointer
+    from fedinit_jax.workdir import WorkdirError
+
+    def loss(params, batch, key):
+        return jnp.sum(params["w"] ** 2)
+
+    params = {"w": jnp.ones(3)}
+    saver = Checkpointer(str(tmp_path), log=lambda line: None)
+    saver.save(2, algorithms.fedavg(loss).init(params, num_clients=4))
+    saver.close()
+    reader = Checkpointer(str(tmp_path), log=lambda line: None)
+    with pytest.raises(WorkdirError, match="another layout.*nothing was moved"):
+        reader.restore(algorithms.scaffold(loss).init(params, num_clients=4))
+    reader.close()
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["2"]
+
+
+def test_read_metrics_up_to_a_round(tmp_path):
+    from fedinit_jax import workdir
+
+    workdir.rewrite_metrics(str(tmp_path), [{"round": 1}, {"round": 2}, {"round": 3}])
+    assert workdir.read_metrics(str(tmp_path), upto_round=0) == []
+    assert workdir.read_metrics(str(tmp_path), upto_round=2) == [{"round": 1}, {"round": 2}]
+    assert len(workdir.read_metrics(str(tmp_path))) == 3

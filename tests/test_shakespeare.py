@@ -232,7 +232,6 @@ def test_binary_trains_a_few_rounds_on_plays_written_here(tmp_path):
 @pytest.mark.parametrize("preset", ["cpu", "paper"])
 def test_presets_are_valid_configs(preset):
     from experiments.configs import shakespeare as presets
-
     from fedinit_jax import experiment
 
     config = presets.get_config(preset)
