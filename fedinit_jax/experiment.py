@@ -83,7 +83,8 @@ def validate(config) -> None:
     _choice(config, "algorithm", tuple(algorithms.REGISTRY))
     _choice(config, "model", models.NAMES)
     if not isinstance(config["dataset"], str) or not config["dataset"]:
-        _fail("dataset", config["dataset"], "must name a dataset ('digits' or a TFDS name)")
+        _fail("dataset", config["dataset"], "must name a dataset ('digits', 'shakespeare' or a TFDS "
+              "name)")
     _choice(config, "conv", models.CONV_IMPLEMENTATIONS)
     _choice(config, "partition", PARTITIONS)
     _choice(config, "participation_mode", data.PARTICIPATION_MODES)
@@ -257,9 +258,7 @@ def _text_task(config) -> _Task:
               f"the Shakespeare texts hold {len(roles)} clients (roles with >= 2 speeches)")
     chosen = np.sort(np.random.default_rng([config["seed"], 3]).permutation(len(roles))
                      [: config["num_clients"]])
-    train = shakespeare.pack([_rows(train, i) for i in chosen])
-    test_x = np.concatenate([_rows(test, i)[0] for i in chosen])
-    test_y = np.concatenate([_rows(test, i)[1] for i in chosen])
+    train, test = train.subset(chosen), test.subset(chosen)
     model = models.get(config["model"], shakespeare.VOCAB_SIZE)
     max_steps = shakespeare.max_local_steps(train.sizes, config["batch_size"],
                                             config["local_epochs"])
@@ -270,14 +269,9 @@ def _text_task(config) -> _Task:
                                          steps=config["local_steps"], max_steps=max_steps)
 
     return _Task(round_batches, train.sizes, tasks.next_character_loss(model.apply),
-                 tasks.make_text_evaluator(model.apply, test_x, test_y), model,
+                 tasks.make_text_evaluator(model.apply, test.x, test.y), model,
                  (shakespeare.SEQUENCE_LENGTH,), shakespeare.VOCAB_SIZE,
                  config["local_steps"] or max_steps)
-
-
-def _rows(clients, i):
-    lo, hi = clients.offsets[i], clients.offsets[i + 1]
-    return clients.x[lo:hi], clients.y[lo:hi]
 
 
 def available_memory():

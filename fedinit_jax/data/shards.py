@@ -38,6 +38,12 @@ def steps_per_epoch(shard_size: int, batch_size: int) -> int:
     return shard_size // batch_size
 
 
+def cycled_order(rng: np.random.Generator, size: int, need: int) -> np.ndarray:
+    """`need` indices into `size` examples: fresh permutations one after another, cut at
+    `need` (a small client repeats its examples, a large one sees part of them)."""
+    return np.concatenate([rng.permutation(size) for _ in range(-(-need // size))])[:need]
+
+
 def round_batches(shards: ClientShards, client_ids, *, epochs: int, batch_size: int,
                   rng: np.random.Generator, steps: int = 0):
     """(images [N, K, B, H, W, ch] uint8, labels [N, K, B] int32) for the sampled clients:
@@ -46,10 +52,7 @@ def round_batches(shards: ClientShards, client_ids, *, epochs: int, batch_size: 
     size = shards.labels.shape[1]
     per_epoch = steps_per_epoch(size, batch_size)
     if steps:
-        need = steps * batch_size
-        order = np.stack([np.concatenate([rng.permutation(size)
-                                          for _ in range(-(-need // size))])[:need]
-                          for _ in client_ids])
+        order = np.stack([cycled_order(rng, size, steps * batch_size) for _ in client_ids])
     else:
         order = np.stack([
             np.concatenate([rng.permutation(size)[: per_epoch * batch_size]
