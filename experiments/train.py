@@ -3,7 +3,9 @@
     python -m experiments.train --config experiments/configs/default.py --workdir /tmp/run \
         --config.algorithm=scaffold --config.beta=0.1
 
-Bad flags or config values print one line naming the field and exit with code 2.
+Bad flags or config values print one line naming the field and exit with code 2; a divergence
+exits with 3, a failed write with 4, a missing or dead peer process of a multi-process run
+with 5 (experiments/supervise.py), a signal with 128 + its number (after a checkpoint).
 """
 import os
 import sys
@@ -14,6 +16,7 @@ use_all_cpu_cores()  # before JAX is imported: one XLA CPU device per core
 
 from absl import app, flags, logging  # noqa: E402
 
+from experiments import supervise  # noqa: E402
 from experiments.cli import define_config, one_line, parse_flags  # noqa: E402
 
 define_config("experiments/configs/default.py", "Experiment config file (ml_collections).")
@@ -23,6 +26,9 @@ flags.DEFINE_bool("distributed", False, "Multi-process run: jax.distributed.init
 flags.DEFINE_string("coordinator_address", None, "Multi-process by hand: host:port of process 0.")
 flags.DEFINE_integer("num_processes", None, "Multi-process by hand: number of processes.")
 flags.DEFINE_integer("process_id", None, "Multi-process by hand: this process's index.")
+flags.DEFINE_integer("distributed_timeout", 180, "Multi-process: seconds to wait for every "
+                     "process to join, and for a silent one (dead, preempted) before every "
+                     "process stops with exit code 5 (experiments/supervise.py).")
 FLAGS = flags.FLAGS
 
 
@@ -47,12 +53,20 @@ def main(argv):
         print("error: --workdir is required", file=sys.stderr)
         sys.exit(2)
     config = FLAGS.config.to_dict()
+    by_hand = (FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
+    multi_process = FLAGS.distributed or any(v is not None for v in by_hand)
+    if multi_process and not supervise.is_child():
+        if FLAGS.distributed_timeout < 1:
+            print(f"error: --distributed_timeout={FLAGS.distributed_timeout}: must be >= 1 "
+                  "(seconds)", file=sys.stderr)
+            sys.exit(2)
+        sys.exit(supervise.run_child(FLAGS.distributed_timeout,
+                                     FLAGS.num_processes or "all"))
     try:
-        by_hand = (FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
-        if FLAGS.distributed or any(v is not None for v in by_hand):
+        if multi_process:
             from fedinit_jax import distributed
 
-            distributed.initialize(*by_hand)
+            distributed.initialize(*by_hand, timeout=FLAGS.distributed_timeout)
         rows = simulation.run(config, FLAGS.workdir)
     except (ValueError, OSError) as err:  # bad config or workdir, missing or damaged data
         print(f"error: {one_line(err)}", file=sys.stderr)

@@ -19,9 +19,13 @@ import jax
 import numpy as np
 
 
-def initialize(coordinator_address=None, num_processes=None, process_id=None) -> None:
+def initialize(coordinator_address=None, num_processes=None, process_id=None,
+               timeout: int = 180) -> None:
     """jax.distributed.initialize: from the arguments when given, else from the environment.
 
+    timeout: seconds to wait for every process to join, and after a process's last
+    heartbeat before the others give it up for dead (JAX then aborts every process; the
+    binaries turn that into one line and exit code 5, experiments/supervise.py).
     Must run before anything touches a JAX backend.
     """
     given = [coordinator_address is not None, num_processes is not None, process_id is not None]
@@ -33,7 +37,11 @@ def initialize(coordinator_address=None, num_processes=None, process_id=None) ->
             raise ValueError(f"num_processes={num_processes!r} must be an int >= 1")
         if not isinstance(process_id, int) or not 0 <= process_id < num_processes:
             raise ValueError(f"process_id={process_id!r} must be an int in [0, {num_processes})")
-    jax.distributed.initialize(coordinator_address, num_processes, process_id)
+    if not isinstance(timeout, int) or timeout < 1:
+        raise ValueError(f"timeout={timeout!r} must be an int >= 1 (seconds)")
+    jax.distributed.initialize(coordinator_address, num_processes, process_id,
+                               initialization_timeout=timeout,
+                               heartbeat_timeout_seconds=timeout)
 
 
 def is_primary() -> bool:

@@ -19,9 +19,14 @@ and the two options are the same algorithm.
 
 Participation: S is the round input's client_ids. A round whose |S| varies (the authors'
 Bernoulli sampling) pads S to a static N with masked slots (RoundInput.mask): a padded slot
-is skipped (lax.cond; under vmap both branches run and the skip's result is selected), its
-id is replaced by C so that gathers read a real row and scatters drop it, and every mean
-over S divides by the real |S|.
+is skipped, its id is replaced by C so that gathers read a real row and scatters drop it,
+and every mean over S divides by the real |S|. How a slot (or a masked local step) is
+skipped depends on the execution: one client at a time (sequential) skips it with lax.cond
+and pays nothing; clients side by side (vmap, chunked) train every slot and select the
+old values with jnp.where. Under vmap a cond would run both branches and select anyway, and
+JAX cannot batch a cond whose predicate varies over a shard_map axis ("Primitive mul
+requires varying manual axes to match", jax 0.10), so the selection is written out: the
+same numbers on 1 device, and the only form that runs on several.
 
 Per-client state (w_i and the correction's client states, C x d each) may be stored in a
 narrower float (client_state_dtype="bfloat16": half the memory of float32) when it does not fit
@@ -232,13 +237,15 @@ def _compile(spec, *, execution, chunk_size, num_devices, client_state_dtype,
         w_start = tree.relaxed_init(w, load(tree.gather(state.client_params, ids)), state.beta)
         client_keys = jax.random.split(key, ids.shape[0])
 
+        batched = execution != "sequential"  # clients side by side: select, never cond
+
         def train(args):
             w0, batches, client_key, client_state, steps, k = args
             ctx = LocalContext(w, w0, state.server_state, client_state)
             w_end, loss, carry = local.local_update(
                 gradient_fn, lambda g, wk: client.gradient(g, wk, ctx), w0, batches,
                 client_key, lr, ctx, clip_norm=clip_norm, weight_decay=local_decay,
-                step_mask=steps, skip_by_cond=execution != "vmap")
+                step_mask=steps, skip_by_cond=not batched)
             progress = jax.tree.map(jnp.subtract, w_end, w0)
             return (w_end, progress, loss.astype(jnp.float32),
                     client.finalize(ctx, progress, k * lr, carry))
@@ -253,6 +260,8 @@ def _compile(spec, *, execution, chunk_size, num_devices, client_state_dtype,
             if mask is None:
                 return train(args)
             *inputs, is_real = args
+            if batched:
+                return tree.select(is_real, train(tuple(inputs)), skip(tuple(inputs)))
             return lax.cond(is_real, train, skip, tuple(inputs))
 
         mapped = (w_start, round_input.batches, client_keys, old_clients, step_mask, real_steps)

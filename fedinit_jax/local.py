@@ -21,6 +21,8 @@ import jax.numpy as jnp
 import optax
 from jax import lax
 
+from fedinit_jax import tree
+
 
 def client_optimizer(learning_rate, clip_norm: float | None, weight_decay: float | None):
     """optax chain: clip_by_global_norm(clip) -> add_decayed_weights(wd) -> sgd(eta_l).
@@ -92,8 +94,9 @@ def local_update(gradient: Gradient, correct, w_start, batches, key, learning_ra
     gradient: a Gradient; correct: (g, w) -> corrected g; ctx: the client's LocalContext.
     step_mask: None, or [K] bool: a False step is skipped, so it changes neither w, the
     optimizer state, the gradient's carry nor the loss: by lax.cond (costs nothing), or with
-    skip_by_cond=False by selecting the old state (the round does so under vmap, where a
-    cond runs both branches anyway and JAX's vmap-of-cond inside shard_map fails).
+    skip_by_cond=False by selecting the old state (the round does so for clients run side by
+    side, where a cond runs both branches anyway and JAX's vmap-of-cond inside shard_map
+    fails: federated_round.py).
     Returns (w_K, mean loss over the real steps, the gradient's final carry).
     """
     opt = client_optimizer(learning_rate, clip_norm, weight_decay)
@@ -113,8 +116,7 @@ def local_update(gradient: Gradient, correct, w_start, batches, key, learning_ra
             return take_step(state, batch, step_key)
         if not skip_by_cond:
             new, loss = take_step(state, batch, step_key)
-            return (jax.tree.map(lambda n, o: jnp.where(real, n, o), new, state),
-                    jnp.where(real, loss, 0.0))
+            return tree.select(real, new, state), jnp.where(real, loss, 0.0)
         # the skipped step's loss: zeros_like of the client's own w, so that under shard_map
         # it varies over the client mesh as the taken step's loss does
         no_loss = jnp.zeros_like(jax.tree.leaves(state[0])[0], jnp.float32, shape=())

@@ -29,7 +29,7 @@ from fedinit_jax import data, distributed, experiment
 from fedinit_jax import workdir as workdir_lib
 from fedinit_jax.checkpoint import Checkpointer
 from fedinit_jax.types import RoundInput
-from fedinit_jax.workdir import WorkdirError, WriteError, read_metrics  # noqa: F401 (API)
+from fedinit_jax.workdir import WorkdirBusy, WorkdirError, WriteError, read_metrics  # noqa: F401 (API)
 
 RESUMABLE_CHANGES = ("rounds",)  # fields that may differ when a run is resumed (extended)
 
@@ -102,6 +102,28 @@ def rounds_done(workdir: str, config: dict) -> int:
         raise WorkdirError(f"workdir={workdir!r} holds a run of a different config "
                            f"({details}); use a new workdir or the same config to resume")
     return done
+
+
+def finished_rounds(workdir: str, config: dict) -> int:
+    """The rounds that rerunning `config` in workdir would not recompute: its newest
+    checkpoint's round. WorkdirError, as the binary's, when the workdir holds another
+    config, damaged metrics, or a checkpoint whose rounds metrics.jsonl lacks (so a sweep
+    never calls "done" a cell the binary would refuse)."""
+    rounds_done(workdir, config)
+    start = max([0] + _checkpoint_rounds(workdir))
+    _rows_up_to(workdir, start)
+    return start
+
+
+def _rows_up_to(workdir, start):
+    """Metrics rows 1..start; WorkdirError when any of them is missing (never a silent hole)."""
+    rows = read_metrics(workdir, upto_round=start)
+    if len(rows) < start:
+        raise WorkdirError(
+            f"{os.path.join(workdir, workdir_lib.METRICS)} holds rounds 1..{len(rows)} but "
+            f"the checkpoint is after round {start}: rounds {len(rows) + 1}..{start} are "
+            "missing; restore the file, or move checkpoints/ away to recompute every round")
+    return rows
 
 
 def _checkpoint_rounds(workdir):
@@ -252,12 +274,7 @@ def _resume(checkpointer, state, config, workdir, log):
     if start:
         state = restored
         log(f"resumed from the checkpoint after round {start}")
-    rows = read_metrics(workdir, upto_round=start)
-    if len(rows) < start:  # rows 1..start must all be there: never a silent hole
-        raise WorkdirError(
-            f"{os.path.join(workdir, workdir_lib.METRICS)} holds rounds 1..{len(rows)} but "
-            f"the checkpoint is after round {start}: rounds {len(rows) + 1}..{start} are "
-            "missing; restore the file, or move checkpoints/ away to recompute every round")
+    rows = _rows_up_to(workdir, start)
     if rows and start < config["rounds"] and start % config["eval_every"]:
         # the evaluation taken because `start` was the last round of a shorter run: an
         # uninterrupted run of config.rounds has none there

@@ -47,6 +47,12 @@ def client_mean(tree, weights=None):
     return jax.tree.map(lambda x: x / count.astype(x.dtype), client_sum(tree, weights))
 
 
+def select(condition, on_true, on_false):
+    """on_true where the scalar `condition` holds, else on_false, leaf by leaf (both
+    evaluated: the batched form of lax.cond)."""
+    return jax.tree.map(lambda a, b: jnp.where(condition, a, b), on_true, on_false)
+
+
 def gather(stacked, ids):
     """Rows `ids` of a [C, ...] stacked pytree -> [N, ...]; an id >= C reads row C - 1."""
     return jax.tree.map(lambda x: jnp.take(x, ids, axis=0, mode="clip"), stacked)

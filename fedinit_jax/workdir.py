@@ -36,6 +36,11 @@ class WorkdirError(ValueError):
     """The workdir cannot be used as it is (busy, damaged, of another run): exit code 2."""
 
 
+class WorkdirBusy(WorkdirError):
+    """Another process holds the workdir's lock (it is running there): exit code 2; a sweep
+    calls the cell "running elsewhere"."""
+
+
 class WriteError(RuntimeError):
     """Writing into the workdir failed (disk full, quota, I/O error): exit code 4."""
 
@@ -67,7 +72,7 @@ class Lock:
             if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
                 holder = os.pread(self._fd, 200, 0).decode(errors="replace").strip()
                 os.close(self._fd)
-                raise WorkdirError(f"workdir {workdir!r} is in use by "
+                raise WorkdirBusy(f"workdir {workdir!r} is in use by "
                                    f"{holder or 'another process'}; wait for it to end or "
                                    "use another workdir") from None
             if err.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
@@ -83,6 +88,25 @@ class Lock:
         if self._fd is not None:
             os.close(self._fd)  # closing the descriptor drops the flock
             self._fd = None
+
+
+def holder(workdir: str):
+    """Who holds the workdir's lock ("process N on HOST"), or None when nobody does (or the
+    workdir has no lock file yet). Takes and drops the lock to ask: never blocks."""
+    path = os.path.join(workdir, ".lock")
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as err:
+        if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+        return None  # no locks on this filesystem: nothing to ask
+    finally:
+        os.close(fd)  # drops the shared lock, if taken
+    return None
 
 
 def atomic_write(path: str, write) -> None:

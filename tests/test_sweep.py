@@ -1,4 +1,5 @@
-"""The sweep binary: cells done, refused when their workdir holds another config, a signal."""
+"""The sweep binary: cells done, refused when their workdir holds another config, a signal;
+as batch jobs: the cell list, one cell, workers, two sweeps sharing a results folder."""
 import json
 import os
 import signal
@@ -23,7 +24,10 @@ def sweep(results, *flags, wait=True):
 
 
 def status(results):
-    return json.load(open(os.path.join(results, "sweep_status.json")))
+    """{cell: state} from the per-cell status files."""
+    folder = os.path.join(results, "sweep_status")
+    return {name[:-5]: json.load(open(os.path.join(folder, name)))["state"]
+            for name in os.listdir(folder)}
 
 
 def test_cells_done_then_a_changed_config_is_refused_per_cell(tmp_path):
@@ -36,7 +40,38 @@ def test_cells_done_then_a_changed_config_is_refused_per_cell(tmp_path):
     assert len(errors) == 2 and all("holds a run of a different config (local_lr: 0.1 -> "
                                     "0.05)" in line for line in errors), changed.stderr
     assert all(v.startswith("error:") for v in status(tmp_path).values())
-    assert "0/2 cells done" in changed.stdout
+    assert "0/2 cells finished" in changed.stdout
+    # a finished cell whose metrics.jsonl is gone is not "done": the binary refuses it too
+    os.remove(tmp_path / "fedavg-dir0.1-betadefault-E1-global-s0" / "metrics.jsonl")
+    again = sweep(tmp_path, *TINY)
+    assert again.returncode == 1 and "rounds 1..2 are missing" in again.stderr, again.stderr
+    assert "1/2 cells finished" in again.stdout
+
+
+def test_list_one_cell_and_an_empty_grid(tmp_path):
+    one = sweep(tmp_path, *TINY, "--cell=1")
+    assert one.returncode == 0, one.stderr
+    listed = sweep(tmp_path, *TINY, "--list")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines() == [
+        "0\tfedavg-dir0.1-betadefault-E1-global-s0\tnot started",
+        "1\tfedinit-dir0.1-betadefault-E1-global-s0\tdone"]
+    assert sweep(tmp_path, *TINY, "--cell=2").returncode == 2
+    empty = sweep(tmp_path, *TINY, "--algorithms=")
+    assert empty.returncode == 2 and "--algorithms is empty" in empty.stderr
+
+
+def test_workers_and_a_second_sweep_share_a_results_folder(tmp_path):
+    """A 2-worker sweep and a plain one on the same 4 cells at once: the cells are split by
+    the workdir locks, no cell is an error, both wait for the other's cells and exit 0."""
+    grid = [*TINY, "--seeds=0,1", "--config.rounds=3"]
+    procs = [sweep(tmp_path, *grid, "--workers=2", wait=False), sweep(tmp_path, *grid, wait=False)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert set(status(tmp_path).values()) == {"done"} and len(status(tmp_path)) == 4
+    for cell in status(tmp_path):
+        rows = [json.loads(line) for line in open(tmp_path / cell / "metrics.jsonl")]
+        assert [r["round"] for r in rows] == [1, 2, 3]  # each round once: never run twice
 
 
 def test_sigterm_stops_the_sweep_with_a_status(tmp_path):
