@@ -88,8 +88,8 @@ class LibraryRound:
         t0 = time.perf_counter()
         self.step()
         self.compile_seconds = time.perf_counter() - t0
-        self.memory_bytes = compiled_bytes(jax.jit(self.algo.round_fn), self.state, inp,
-                                           jax.random.key(1))
+        # the round apply runs (its sharding, its compilation: lower() shares jit's cache)
+        self.memory_bytes = compiled_bytes(self.algo, self.state, inp, jax.random.key(1))
 
     def step(self):
         self.state, metrics = self.algo.apply(self.state, self.inp, jax.random.key(1))
@@ -103,7 +103,8 @@ def account_bytes(m):
 
 
 def compiled_bytes(jitted, *args):
-    """XLA's memory account of one compiled call (per device), or None where unavailable."""
+    """XLA's memory account of one compiled call (per device), or None where unavailable;
+    `jitted` is a jax.jit function or a FederatedAlgorithm (its `lower`)."""
     try:
         return account_bytes(jitted.lower(*args).compile().memory_analysis())
     except Exception:  # some backends / versions do not report it
@@ -609,6 +610,8 @@ def main():
     parser.add_argument("--lstm-steps", type=int, default=10, help="lstm table: fixed K")
     parser.add_argument("--lstm-batch", type=int, default=4, help="lstm table: windows per step")
     parser.add_argument("--lstm-executions", nargs="*", default=["sequential", "vmap"])
+    parser.add_argument("--eval-images", type=int, default=10_000,
+                        help="eval table: test images evaluated")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes, one repeat")
     args = parser.parse_args()
     if args.smoke:
@@ -621,6 +624,7 @@ def main():
         args.torch = False
         args.state_clients = 4
         args.lstm_steps, args.lstm_batch, args.lstm_executions = 1, 1, ["sequential"]
+        args.eval_images = 200
     global WIDTH, TORCH_DEVICE
     WIDTH, TORCH_DEVICE = args.width, args.torch_device
     peak = matmul_peak()
@@ -636,8 +640,7 @@ def main():
     if "replicas" in args.tables:
         print(markdown(*replica_table(args)) + "\n", flush=True)
     if "eval" in args.tables:
-        print(markdown(*evaluation_table(args, 200 if args.smoke else 10_000)) + "\n",
-              flush=True)
+        print(markdown(*evaluation_table(args, args.eval_images)) + "\n", flush=True)
     if "memory" in args.tables:
         print(markdown(*memory_table(args)) + "\n", flush=True)
     if "lstm" in args.tables:

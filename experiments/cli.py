@@ -1,4 +1,5 @@
 """Command-line plumbing shared by the binaries: flag errors are one line and exit code 2."""
+import difflib
 import os
 import re
 import sys
@@ -35,9 +36,15 @@ def _fail(message: str):
 
 
 def _describe(err: BaseException) -> str:
-    if isinstance(err, (AttributeError, KeyError)):
-        key = str(err).strip(chr(34) + chr(39) + " ").split("'")[0]
-        return f"unknown config key {key!r}: see experiments/configs/default.py"
+    if isinstance(err, (AttributeError, KeyError)):  # ml_collections: a field not in config
+        text = str(err)
+        key = re.search(r"\w+", text)
+        key = key.group(0) if key else text
+        close = re.findall(r'Did you mean \\?"(\w+)\\?"', text) or difflib.get_close_matches(
+            key, _config_fields(), n=3)
+        hint = f"; did you mean {' or '.join(close)}?" if close else ""
+        return (f"unknown config key {key!r}{hint} (every field: "
+                "experiments/configs/default.py)")
     text = one_line(err)
     if "Traceback (most recent call last)" in text:  # a config file's own error, embedded
         raised = re.findall(r"(?:^|\s)(\w+(?:Error|Exception)): (.*?)(?=\s\w+(?:Error|"
@@ -45,6 +52,12 @@ def _describe(err: BaseException) -> str:
         if raised:
             text = raised[-1][1]
     return text
+
+
+def _config_fields():
+    from experiments.configs import default
+
+    return list(default.get_config().keys())
 
 
 def define_config(default: str, help_text: str):

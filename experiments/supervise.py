@@ -9,6 +9,7 @@ child process under this supervisor, which passes the child's output through, fo
 SIGTERM / SIGINT to it (so the run checkpoints as usual), and turns that abort into one line
 naming the missing processes and exit code PEER_EXIT.
 """
+import ctypes
 import os
 import re
 import signal
@@ -44,11 +45,21 @@ def explain(stderr_text: str, timeout: float, num_processes) -> str:
             + (status.group(1) if status else "see the other processes' logs"))
 
 
+def _die_with_parent():
+    """In the child: SIGKILL when the supervisor dies (e.g. a scheduler's SIGKILL), so that
+    no orphan keeps training (Linux prctl PR_SET_PDEATHSIG; elsewhere nothing)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
 def run_child(timeout: float, num_processes) -> int:
     """Run this same command as the child; return the exit code to exit with."""
     env = {**os.environ, CHILD_ENV: "1"}
     child = subprocess.Popen([sys.executable, *sys.orig_argv[1:]], env=env,
-                             stderr=subprocess.PIPE, text=True, errors="replace")
+                             stderr=subprocess.PIPE, text=True, errors="replace",
+                             preexec_fn=_die_with_parent)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda number, _frame: child.send_signal(number))
     captured = []

@@ -47,6 +47,7 @@ def main(argv):
     # orbax logs every checkpoint step at INFO, and a failed write at ERROR with tracebacks;
     # the binary reports every failure itself, in one line
     logging.set_verbosity(logging.FATAL)
+    from fedinit_jax import distributed as distributed_lib
     from fedinit_jax import simulation  # after flag parsing: a bad flag costs no JAX import
 
     if not FLAGS.workdir:
@@ -64,9 +65,7 @@ def main(argv):
                                      FLAGS.num_processes or "all"))
     try:
         if multi_process:
-            from fedinit_jax import distributed
-
-            distributed.initialize(*by_hand, timeout=FLAGS.distributed_timeout)
+            distributed_lib.initialize(*by_hand, timeout=FLAGS.distributed_timeout)
         rows = simulation.run(config, FLAGS.workdir)
     except (ValueError, OSError) as err:  # bad config or workdir, missing or damaged data
         print(f"error: {one_line(err)}", file=sys.stderr)
@@ -78,6 +77,10 @@ def main(argv):
         print(f"error: {err}", file=sys.stderr, flush=True)
         sys.stdout.flush()
         os._exit(4)  # now: a checkpoint writer thread may still be failing in the background
+    except distributed_lib.PeerLost as err:
+        print(f"error: distributed: {err}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(supervise.PEER_EXIT)  # now: collectives with the lost peer may never return
     except simulation.Stopped as err:
         print(str(err), file=sys.stderr)
         sys.exit(128 + err.signum)

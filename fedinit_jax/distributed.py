@@ -44,6 +44,28 @@ def initialize(coordinator_address=None, num_processes=None, process_id=None,
                                heartbeat_timeout_seconds=timeout)
 
 
+PEER_FAILURES = ("Gloo", "Connection reset by peer", "Connection refused", "NCCL",
+                 "stopped sending heartbeats", "DEADLINE_EXCEEDED")
+
+
+class PeerLost(RuntimeError):
+    """A collective with another process failed: that process ended or is unreachable. The
+    binaries exit with code 5, as when JAX's heartbeat check finds it (supervise.py)."""
+
+
+def peer_lost(err: BaseException):
+    """PeerLost for an error of a cross-process collective in a multi-process run (the gloo,
+    NCCL or coordination-service failures JAX raises when a peer is gone), else None."""
+    text = str(err)
+    if jax.process_count() > 1 and any(s in text for s in PEER_FAILURES):
+        first = next(line for line in text.splitlines() if line.strip())
+        return PeerLost(f"a collective with another process failed ({first[:200]}): a peer "
+                        "process ended or is unreachable, so this one stops too. The last "
+                        "checkpoint is kept: restart every process with the same command to "
+                        "resume")
+    return None
+
+
 def is_primary() -> bool:
     """True on the process that writes files (process 0; the only one in a plain run)."""
     return jax.process_index() == 0

@@ -15,7 +15,7 @@ import numpy as np
 from fedinit_jax import algorithms, checks, data, execution, models, tasks
 from fedinit_jax.data import shakespeare
 from fedinit_jax.federated_round import CLIENT_STATE_DTYPES, DELTA_FROM
-from fedinit_jax.types import FederatedAlgorithm
+from fedinit_jax.types import FederatedAlgorithm, RoundInput
 
 PARTITIONS = ("iid", "dirichlet", "pathological")
 EMBEDDED = {"digits": data.load_digits}
@@ -56,6 +56,7 @@ class _Task(NamedTuple):
     input_shape: tuple
     num_classes: int
     steps: int
+    example_bytes: int  # one example of a round input: data, label, the batch index
 
 
 SEED_MAX = 2**32 - 1  # numpy and jax.random.key take any seed up to this
@@ -123,6 +124,12 @@ def validate(config) -> None:
         if field not in accepted:
             _fail(field, config[field], f"is not a hyperparameter of {config['algorithm']} "
                   f"(it takes {', '.join(sorted(accepted))})")
+    if (config["participation_mode"] == "bernoulli" and data.nonempty_probability(
+            config["num_clients"], config["participation"]) < data.MIN_NONEMPTY):
+        _fail("participation", config["participation"],
+              f"with {config['num_clients']} clients a Bernoulli round draws nobody with "
+              f"probability {1 - data.nonempty_probability(config['num_clients'], config['participation']):.6f}"  # noqa: E501
+              f"; needs 1 - (1 - participation)^num_clients >= {data.MIN_NONEMPTY}")
     if (config["participation_mode"] == "fixed"
             and round(config["participation"] * config["num_clients"]) < 1):
         _fail("participation", config["participation"],
@@ -144,12 +151,14 @@ def expected_clients(config) -> int:
 
 
 def clients_per_round(config) -> int:
-    """N: round(participation * C) (fixed), or the static bound on a Bernoulli |S|, a
-    multiple of the devices (data/participation.py)."""
+    """N, the static client axis: round(participation * C) (fixed), or the static bound on a
+    Bernoulli |S| (data/participation.py); rounded up to a multiple of config.num_devices
+    when set, the extra slots masked (padded) as Bernoulli's are."""
     if config["participation_mode"] == "bernoulli":
         return data.bernoulli_bound(config["num_clients"], config["participation"],
                                     multiple=config["num_devices"] or len(jax.devices()))
-    return expected_clients(config)
+    devices = config["num_devices"] or (len(jax.devices()) if jax.process_count() > 1 else 1)
+    return -(-expected_clients(config) // devices) * devices
 
 
 def load_split(config, split):
@@ -189,12 +198,17 @@ def runtime_options(config) -> dict:
 
 
 def num_devices(config) -> int:
-    """config.num_devices, or (0) the most local devices that split the sampled clients evenly."""
+    """config.num_devices, or (0) the most devices that split the clients evenly; a
+    multi-process run shards over every process's devices (0: all of them, padded)."""
     n, available = clients_per_round(config), len(jax.devices())
+    if jax.process_count() > 1 and config["num_devices"] not in (0, available):
+        _fail("num_devices", config["num_devices"],
+              f"a run of {jax.process_count()} processes shards the clients over all their "
+              f"{available} devices: use 0 or {available}")
     if config["num_devices"]:
-        if config["num_devices"] > available or n % config["num_devices"]:
+        if config["num_devices"] > available:
             _fail("num_devices", config["num_devices"],
-                  f"must divide the {n} clients per round and be <= the {available} devices")
+                  f"must be <= the {available} {jax.default_backend()} devices here")
         return config["num_devices"]
     return max(d for d in range(1, available + 1) if n % d == 0)
 
@@ -208,6 +222,8 @@ def build(config) -> Experiment:
     algo = algo.with_runtime(**options)
     _check_memory(config, task.model, task.input_shape, algo)
     init_params = task.model.init(jax.random.key(config["seed"]), task.input_shape)
+    _check_round_input_size(config, task)
+    check_compiled_round(config, algo, init_params, task, options["num_devices"])
     return Experiment(task.round_batches, task.client_sizes, task.evaluate, algo, init_params,
                       task.num_classes, clients_per_round(config), task.steps, options)
 
@@ -246,7 +262,8 @@ def _image_task(config) -> _Task:
     return _Task(round_batches, np.full(config["num_clients"], shard_size),
                  tasks.classification_loss(model.apply, mean, std, augment=config["augment"]),
                  tasks.make_evaluator(model.apply, test_x, test_y, mean, std), model,
-                 train_x.shape[1:], num_classes, steps)
+                 train_x.shape[1:], num_classes, steps,
+                 train_x[0].nbytes + train_y[0].nbytes + 8)
 
 
 def _text_task(config) -> _Task:
@@ -271,7 +288,7 @@ def _text_task(config) -> _Task:
     return _Task(round_batches, train.sizes, tasks.next_character_loss(model.apply),
                  tasks.make_text_evaluator(model.apply, test.x, test.y), model,
                  (shakespeare.SEQUENCE_LENGTH,), shakespeare.VOCAB_SIZE,
-                 config["local_steps"] or max_steps)
+                 config["local_steps"] or max_steps, 2 * 4 * shakespeare.SEQUENCE_LENGTH + 8)
 
 
 def available_memory():
@@ -283,6 +300,11 @@ def available_memory():
         stats = {}
     if stats.get("bytes_limit"):
         return int(stats["bytes_limit"])
+    return host_memory()
+
+
+def host_memory():
+    """The host's MemAvailable in bytes (None when unknown): where round inputs are built."""
     try:
         with open("/proc/meminfo") as f:
             fields = dict(line.split(":", 1) for line in f)
@@ -306,6 +328,65 @@ def _check_memory(config, model, example_shape, algo):
               f"the federation needs at least {need / 2**30:.1f} GiB ({config['num_clients']} "
               f"clients x {vectors} vectors x d={d:,} parameters x {itemsize} bytes) but "
               f"{available / 2**30:.1f} GiB are available")
+
+
+def _check_round_input_size(config, task: _Task) -> None:
+    """ValueError naming the field before a round input that cannot fit the host is built:
+    N clients x K steps x B examples x (example + label + batch index bytes)."""
+    need = clients_per_round(config) * task.steps * config["batch_size"] * task.example_bytes
+    available = host_memory()
+    if available is not None and need > available // 2:
+        field = "local_steps" if config["local_steps"] else "local_epochs"
+        _fail(field, config[field],
+              f"a round's input needs {need / 2**30:.3g} GiB ({clients_per_round(config)} "
+              f"clients x K={task.steps:,} steps x B={config['batch_size']} examples x "
+              f"{task.example_bytes} bytes) but the host has {available / 2**30:.1f} GiB "
+              "available (half of it may be used)")
+
+
+def first_round_input(config, task: _Task) -> RoundInput:
+    """A round input of the run's shapes and dtypes (clients 0..N-1, every slot real)."""
+    n = clients_per_round(config)
+    ids = np.arange(n, dtype=np.int32) % config["num_clients"]
+    mask = np.ones(n, bool) if config["participation_mode"] == "bernoulli" else None
+    batches, step_mask = task.round_batches(ids, np.random.default_rng(0))
+    weights = task.client_sizes[ids] if config["aggregation"] == "size" else None
+    return RoundInput(ids, batches, np.float32(config["local_lr"]), mask, step_mask, weights)
+
+
+def round_memory(compiled) -> dict:
+    """XLA's memory account of a compiled round on one device, in bytes: arguments, outputs,
+    temporaries, aliased (donated) and the peak it needs (args + outputs + temps - aliased)."""
+    m = compiled.memory_analysis()
+    account = {"arguments": m.argument_size_in_bytes, "outputs": m.output_size_in_bytes,
+               "temporaries": m.temp_size_in_bytes, "aliased": m.alias_size_in_bytes}
+    account["peak"] = (account["arguments"] + account["outputs"] + account["temporaries"]
+                       - account["aliased"])
+    return account
+
+
+def check_compiled_round(config, algo, init_params, task, devices) -> None:
+    """Compile the round ahead of time (the first round then reuses it) and refuse, naming a
+    field, a run whose round does not fit the memory its devices have: XLA's own account
+    per device against the device's limit (GPU/TPU), or, on CPU, devices x account against
+    the host's available memory."""
+    state = jax.eval_shape(lambda p: algo.init(p, config["num_clients"]), init_params)
+    compiled = algo.lower(state, first_round_input(config, task), jax.random.key(0)).compile()
+    account = round_memory(compiled)
+    available = available_memory()
+    on_host = jax.default_backend() == "cpu"
+    need = account["peak"] * (devices if on_host else 1)
+    if available is None or need <= available:
+        return
+    field = ("num_clients" if account["arguments"] > account["temporaries"] else "batch_size")
+    where = (f"{devices} CPU devices share {available / 2**30:.1f} GiB" if on_host else
+             f"a device holds {available / 2**30:.1f} GiB")
+    _fail(field, config[field],
+          f"the compiled round needs {account['peak'] / 2**30:.1f} GiB per device (XLA: "
+          f"arguments {account['arguments'] / 2**30:.1f}, temporaries "
+          f"{account['temporaries'] / 2**30:.1f} GiB) and {where}; lower batch_size or the "
+          "clients per round, use more devices (num_devices), or "
+          "client_state_dtype=bfloat16")
 
 
 def _channel_stats(images):

@@ -107,9 +107,10 @@ def check_round_input(round_input: RoundInput, num_clients: int, num_devices: in
         raise ValueError(f"batches: [N, K, B] = {list(shapes[0][:3])}: every client needs K >= 1 "
                          "local steps of B >= 1 examples")
     real_rows = slice(None) if round_input.mask is None else np.asarray(round_input.mask)
-    for leaf in leaves:  # host arrays only: a device array would be copied back to check
-        if (isinstance(leaf, np.ndarray) and np.issubdtype(leaf.dtype, np.floating)
-                and not np.isfinite(leaf[real_rows]).all()):
+    for leaf in leaves:  # host arrays only: a device array would be copied back to check;
+        # every floating dtype, ml_dtypes' bfloat16 (which numpy calls no floating) included
+        if (isinstance(leaf, np.ndarray) and jnp.issubdtype(leaf.dtype, jnp.floating)
+                and not np.isfinite(leaf[real_rows].astype(np.float32)).all()):
             raise ValueError("batches of sampled clients hold NaN or inf values")
     if round_input.step_mask is not None:
         steps = np.asarray(round_input.step_mask)
@@ -200,7 +201,9 @@ def _compile(spec, *, execution, chunk_size, num_devices, client_state_dtype,
     def init(params, num_clients: int) -> FedState:
         if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
             raise ValueError(f"num_clients={num_clients!r} must be a positive int")
-        params = jax.tree.map(jnp.asarray, params)
+        # each leaf as an array of its own dtype: a weakly typed leaf (jnp.asarray(0.05))
+        # would come back strongly typed from the round and compile it a second time
+        params = jax.tree.map(lambda x: jnp.asarray(x, jnp.asarray(x).dtype), params)
         if not jax.tree.leaves(params) or not all(
                 jnp.issubdtype(x.dtype, jnp.floating) for x in jax.tree.leaves(params)):
             raise ValueError("params: every leaf must be a float array (got dtypes "
@@ -296,10 +299,10 @@ def _compile(spec, *, execution, chunk_size, num_devices, client_state_dtype,
         return new_state, metrics
 
     donate = (0,) if donate_state else ()
+    replicated = None if mesh is None else NamedSharding(mesh, PartitionSpec())
     if mesh is None:
         jitted_round = jax.jit(round_fn, donate_argnums=donate)
     else:  # the state lives replicated on the mesh, so every round sees the same shardings
-        replicated = NamedSharding(mesh, PartitionSpec())
         jitted_round = jax.jit(round_fn, out_shardings=replicated, donate_argnums=donate)
 
     expected_states = {}
@@ -322,15 +325,46 @@ def _compile(spec, *, execution, chunk_size, num_devices, client_state_dtype,
                                  "the state made by another algorithm's init, or for other "
                                  "params?)")
 
+    last_beta = [None]  # the beta array of the state this apply returned last
+
+    def check_beta(state):
+        """beta lives in the state (traced, so replicas may differ); a state whose beta is not
+        the builder's was made by another algorithm (fedavg's 0 given to fedinit) or builder:
+        refused, instead of silently running with the state's beta. Checked once per state
+        chain: a state this apply returned is trusted without a host read."""
+        if state.beta is last_beta[0]:
+            return
+        if not isinstance(state.beta, jax.core.Tracer) and not np.isclose(
+                float(state.beta), spec["beta"], rtol=1e-6, atol=1e-7):
+            raise ValueError(f"state.beta={float(state.beta):g} but this algorithm was built "
+                             f"with beta={spec['beta']:g}: the state comes from another "
+                             "algorithm or builder; use that one, or this one's init")
+
     def apply(state: FedState, round_input: RoundInput, key):
         if not isinstance(state, FedState):
             raise ValueError(f"state must be a FedState from algo.init, got {type(state)}")
         num_clients = jax.tree.leaves(state.client_params)[0].shape[0]
         check_state(state, num_clients)
+        check_beta(state)
         check_round_input(round_input, num_clients, 1 if mesh is None else mesh.size)
         if mesh is not None:
             state = jax.device_put(state, replicated)  # a no-op after the first round
-        return jitted_round(state, as_arrays(round_input), key)
+        new_state, metrics = jitted_round(state, as_arrays(round_input), key)
+        last_beta[0] = new_state.beta
+        return new_state, metrics
+
+    def lower(state, round_input: RoundInput, key):
+        """The jit-compiled round of `apply`, lowered for these inputs without running it.
+
+        state and the leaves of round_input.batches may be jax.ShapeDtypeStruct (e.g.
+        jax.eval_shape(algo.init, params, C)); client_ids, local_lr and the masks are small
+        arrays. `.compile()` gives XLA's account per device (`memory_analysis()`: arguments,
+        outputs, temporaries, aliased) and `cost_analysis()` (FLOPs); `apply` on inputs of
+        the same shapes then reuses that compilation."""
+        if mesh is not None:  # as apply puts it: replicated over the mesh
+            state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                                                sharding=replicated), state)
+        return jitted_round.lower(state, as_arrays(round_input), key)
 
     runtime = dict(execution=execution, chunk_size=chunk_size, num_devices=num_devices,
                    client_state_dtype=client_state_dtype, donate_state=donate_state)
@@ -343,4 +377,4 @@ def _compile(spec, *, execution, chunk_size, num_devices, client_state_dtype,
         return _compile(spec, **{**runtime, **changes})
 
     return FederatedAlgorithm(init=init, apply=apply, round_fn=round_fn,
-                              costs=spec["costs"], with_runtime=with_runtime)
+                              costs=spec["costs"], with_runtime=with_runtime, lower=lower)

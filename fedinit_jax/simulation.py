@@ -51,12 +51,23 @@ class Stopped(RuntimeError):
                          "checkpoint saved, rerun the same command to resume")
 
 
+# after SIGTERM/SIGINT, the round in progress may take this long (the environment may say less)
+STOP_GRACE_SECONDS = float(os.environ.get("FEDINIT_STOP_GRACE_SECONDS", 20.0))
+
+
 class _StopRequest:
-    """Remembers SIGTERM/SIGINT instead of dying mid-round; restores the old handlers."""
+    """Remembers SIGTERM/SIGINT instead of dying mid-round, so the run stops at the next round
+    boundary with a checkpoint; restores the old handlers.
+
+    A stop never waits long: when the run has not stopped STOP_GRACE_SECONDS after the signal
+    (a long round, a stuck host loop), or at a second signal, the process exits at once with
+    128 + signal, one line on stderr, keeping the last checkpoint (a batch scheduler's grace
+    period before SIGKILL is typically 30 s)."""
 
     def __init__(self):
         self.signum = None
         self._old = {}
+        self._timer = None
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
@@ -65,9 +76,25 @@ class _StopRequest:
         return self
 
     def _handle(self, signum, _frame):
+        if self.signum is not None:  # a second signal: now
+            self._force(signum, "a second signal")
         self.signum = signum
+        self._timer = threading.Timer(STOP_GRACE_SECONDS, self._force,
+                                      (signum, f"no round boundary within {STOP_GRACE_SECONDS:g} s"))
+        self._timer.daemon = True
+        self._timer.start()
+
+    @staticmethod
+    def _force(signum, why):
+        sys.stderr.write(f"stopped by {signal.Signals(signum).name} ({why}): exiting without a "
+                         "new checkpoint; the last one is kept, rerun the same command to "
+                         "resume\n")
+        sys.stderr.flush()
+        os._exit(128 + signum)
 
     def __exit__(self, *exc):
+        if self._timer is not None:
+            self._timer.cancel()
         for sig, handler in self._old.items():
             signal.signal(sig, handler)
 
@@ -225,6 +252,15 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop):
                 fault("checkpoint_saved", t + 1)
             if stopping:  # a signal on any process stops all of them at this boundary
                 raise Stopped(stop.signum or signal.SIGTERM, t + 1)
+    except distributed.PeerLost:
+        failed_save = True  # orbax's threads may be waiting for the lost peer
+        raise
+    except jax.errors.JaxRuntimeError as err:  # a round's or a stop check's collective
+        lost = distributed.peer_lost(err)
+        if lost is None:
+            raise
+        failed_save = True
+        raise lost from None
     except WriteError as err:
         last = checkpointer.latest_round()
         raise WriteError(f"{err}; last good checkpoint: "
@@ -319,11 +355,13 @@ class _Outputs:
 
 
 def _save(checkpointer, rounds_done, state):
-    """A checkpoint, or WriteError naming its folder (orbax raises many kinds)."""
+    """A checkpoint, or WriteError naming its folder (orbax raises many kinds); PeerLost when
+    a multi-process save's collective failed because another process is gone."""
     try:
         checkpointer.save(rounds_done, state)
     except Exception as err:  # noqa: BLE001 - disk full, quota, I/O errors, as orbax wraps them
-        raise WriteError(workdir_lib.describe_write_error(checkpointer.directory, err)) from None
+        raise (distributed.peer_lost(err) or WriteError(
+            workdir_lib.describe_write_error(checkpointer.directory, err))) from None
 
 
 def _silent(_line):
@@ -331,11 +369,16 @@ def _silent(_line):
 
 
 def _sample(exp, config, t, log):
-    """Round t's (client ids, mask): mask None for fixed participation; for Bernoulli the
-    sampled ids padded to the static bound (data/participation.py)."""
+    """Round t's (client ids, mask): mask None for fixed participation (unless its N clients
+    are padded to a multiple of config.num_devices); for Bernoulli the sampled ids padded to
+    the static bound (data/participation.py)."""
     rng = np.random.default_rng([config["seed"], 1, t])
     if config["participation_mode"] == "fixed":
-        return data.sample_clients(rng, config["num_clients"], exp.clients_per_round), None
+        ids = data.sample_clients(rng, config["num_clients"],
+                                  experiment.expected_clients(config))
+        if ids.size == exp.clients_per_round:
+            return ids, None
+        return data.pad(ids, exp.clients_per_round)  # slots to a multiple of the devices
     ids = data.sample_bernoulli(rng, config["num_clients"], config["participation"])
     if ids.size > exp.clients_per_round:
         log(f"round {t + 1}: {ids.size} clients sampled, more than the static bound "
@@ -365,7 +408,7 @@ def _train_round(exp, config, state, t, root_key, decay, last_checkpoint, log=pr
                "is kept."))
     row = {"round": t + 1, **metrics, "local_lr": float(lr),
            "train_seconds": time.perf_counter() - t0}
-    if mask is not None:
+    if config["participation_mode"] == "bernoulli":
         row["clients"] = int(mask.sum())  # |S| of a Bernoulli round
     return new_state, row
 

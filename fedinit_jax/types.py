@@ -95,6 +95,10 @@ class FederatedAlgorithm(NamedTuple):
     with_runtime(execution=, chunk_size=, num_devices=, client_state_dtype=, donate_state=)
     -> the same algorithm run another way (federated_round.py); the numbers it computes do
     not change (up to float rounding, and the storage dtype of the client state).
+    lower(state, round_input, key) -> the jitted round lowered ahead of time (state and
+    batches may be jax.ShapeDtypeStruct): `.compile()` tells its memory per device and its
+    FLOPs before anything runs (benchmarks/plan.py; the binaries refuse a round that cannot
+    fit).
     """
 
     init: Callable[..., FedState]
@@ -102,3 +106,4 @@ class FederatedAlgorithm(NamedTuple):
     round_fn: Callable[[FedState, RoundInput, Array], tuple[FedState, dict]]
     costs: Costs
     with_runtime: Callable[..., "FederatedAlgorithm"]
+    lower: Callable[[FedState, RoundInput, Array], Any]

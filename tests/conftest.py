@@ -4,9 +4,17 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 # two XLA CPU devices, so that sharded rounds can be compared with one-device rounds
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+# one persistent compilation cache for the session's processes (xdist workers and the binaries
+# they start inherit it): the suite compiles the same small rounds many times, and a cached
+# executable is the same executable (keyed by the program, options and jax version)
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                      os.path.join(tempfile.gettempdir(), "fedinit_jax_test_compile_cache"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -103,3 +111,65 @@ def quiet_config(**changes):
 
 
 QUIET = {"log": lambda line: None, "progress": False}  # simulation.run without output
+
+
+# ------------------------------------------------------------------ Shakespeare
+
+PLAY = """THE TRAGEDY OF TESTING
+
+by Nobody
+
+
+DRAMATIS PERSONAE
+
+ALPHA, a King
+BETA, his Fool
+
+
+ACT I.
+
+SCENE I. A room.
+
+[Enter Alpha and Beta,
+with attendants.]
+
+ALPHA.
+Good morrow, fool.  How fares the day?
+[Aside] It rains.
+
+Beta.
+Well, my liege; the day fares well,
+and so do I.
+
+ALPHA.
+Then sing.
+[Exit Beta [and attendants.]
+
+GAMMA
+One line, and no more.
+
+ACT II.
+
+SCENE I. Another room.
+
+BETA.
+I sing: hey, ho!
+
+ALPHA.
+Enough.
+
+BETA.
+As you will.
+
+ALPHA.
+A last word, and a last line.
+"""
+
+
+def write_plays(folder, count):
+    """`count` copies of PLAY (their kings renamed, so each adds clients) as play texts."""
+    os.makedirs(folder, exist_ok=True)
+    for i in range(count):
+        with open(os.path.join(folder, f"play{i}_gut.txt"), "w") as f:
+            f.write(PLAY.replace("ALPHA", f"ALPHA{'X' * i}"))
+    return folder

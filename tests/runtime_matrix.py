@@ -2,6 +2,7 @@
 against sequential clients on one device (tests/test_runtime_matrix.py runs it).
 
     XLA_FLAGS=--xla_force_host_platform_device_count=8 python tests/runtime_matrix.py 0/1
+    XLA_FLAGS=--xla_force_host_platform_device_count=4 python tests/runtime_matrix.py binaries DIR
 
 The options (OPTIONS) and what each case must equal: the same algorithm with the same round
 inputs run with execution="sequential", num_devices=1, donate_state=False and the case's
@@ -42,13 +43,17 @@ def _pairs(case, names):
     return {((a, case[a]), (b, case[b])) for a, b in itertools.combinations(names, 2)}
 
 
+DATA_OPTIONS = ("participation", "step_mask", "weights", "dtype")  # what a reference depends on
+
+
 def cases(opts=None):
     """A covering array over opts (a list of {option: value}), deterministic.
 
-    Seeded with one case per (algorithm, device count): its participation alternates so
-    that each algorithm meets both modes on two device counts each; the other options are
-    filled greedily (the value covering most pairs not yet covered), then cases are added
-    until every pair of values has met."""
+    Seeded with one case per (algorithm, device count), participation alternating, so that
+    each algorithm meets both modes on two device counts each; the two cases of an
+    (algorithm, participation) share their data options (one reference run serves both).
+    Options are filled greedily (the value covering most pairs not yet covered), then cases
+    are added until every pair of values has met."""
     opts = opts or options()
     names = list(opts)
     uncovered = set()
@@ -56,24 +61,35 @@ def cases(opts=None):
         uncovered |= {((a, x), (b, y)) for x in opts[a] for y in opts[b]}
     rows = []
 
-    def gain(case, name, value):  # pairs of (name, value) with the case not yet covered
+    def gain(group, name, value):  # pairs not yet covered that value would cover
         return sum(((n, v), (name, value)) in uncovered or ((name, value), (n, v)) in uncovered
-                   for n, v in case.items() if n != name)
+                   for case in group for n, v in case.items() if n != name)
 
-    def fill(case):
-        for name in names:
-            if name not in case:  # the first of the best values: deterministic
-                case[name] = max(opts[name], key=lambda value: gain(case, name, value))  # noqa: B023
-        uncovered.difference_update(_pairs(case, names))
-        rows.append(case)
+    def fill(group, order):
+        for name in order:
+            if name not in group[0]:  # the first of the best values: deterministic
+                value = max(opts[name], key=lambda v: gain(group, name, v))  # noqa: B023
+                for case in group:
+                    case[name] = value
+        for case in group:
+            uncovered.difference_update(_pairs(case, names))
+            rows.append(case)
 
+    data_first = [n for n in names if n in DATA_OPTIONS] + [n for n in names
+                                                            if n not in DATA_OPTIONS]
     for i, algorithm in enumerate(opts["algorithm"]):
-        for j, devices in enumerate(opts["devices"]):
-            fill({"algorithm": algorithm, "devices": devices,
-                  "participation": opts["participation"][(i + j) % 2]})
+        for mode in (0, 1):
+            devices = [d for j, d in enumerate(opts["devices"]) if (i + j) % 2 == mode]
+            group = [{"algorithm": algorithm, "participation": opts["participation"][mode],
+                      "devices": d} for d in devices]
+            fill(group[:1], data_first)  # data options for the pair, chosen on the first
+            group[1].update({k: group[0][k] for k in DATA_OPTIONS})
+            rows.pop()
+            for case in group:
+                fill([case], names)
     while uncovered:
         (a, x), (b, y) = min(uncovered, key=lambda p: (names.index(p[0][0]), str(p)))
-        fill({a: x, b: y})
+        fill([{a: x, b: y}], names)
     return rows
 
 
@@ -149,6 +165,33 @@ def compare(case, got, want):
     return ""
 
 
+def binaries(folder):
+    """The binaries' run loop (simulation.run) with Bernoulli participation and vmapped
+    clients on 2 and 4 devices: the default config (digits) and Shakespeare (plays
+    written here, masked epochs). Prints {"<dataset> <devices>": metrics rows}."""
+    from conftest import QUIET, quiet_config, write_plays
+
+    from fedinit_jax import simulation
+
+    runs = {}
+    bernoulli = {"participation_mode": "bernoulli", "execution": "vmap", "rounds": 2,
+                 "eval_every": 2, "checkpoint_every": 0}
+    texts = write_plays(os.path.join(folder, "texts"), 3)
+    configs = {
+        "digits": quiet_config(**bernoulli, num_clients=8, participation=0.5),
+        "shakespeare": quiet_config(**bernoulli, dataset="shakespeare", model="lstm",
+                                    data_dir=texts, num_clients=6, participation=0.5,
+                                    batch_size=2, local_lr=1.0, weight_decay=0.0,
+                                    clip_norm=0.0, local_steps=0)}
+    for name, config in configs.items():
+        for devices in (2, 4):
+            rows = simulation.run({**config, "num_devices": devices},
+                                  os.path.join(folder, f"{name}-{devices}"), **QUIET)
+            runs[f"{name} {devices}"] = [{k: v for k, v in r.items() if "seconds" not in k}
+                                         for r in rows]
+    print(json.dumps(runs))
+
+
 def main(shard: str):
     """Run shard i/n of the cases; print one JSON line: {"ran": count, "failures": [...]}."""
     index, count = (int(v) for v in shard.split("/"))
@@ -171,4 +214,7 @@ def main(shard: str):
 
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    main(sys.argv[1] if len(sys.argv) > 1 else "0/1")
+    if sys.argv[1] == "binaries":
+        binaries(sys.argv[2])
+    else:
+        main(sys.argv[1])

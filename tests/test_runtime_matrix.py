@@ -39,13 +39,31 @@ def test_a_wrong_case_is_caught():
     assert runtime_matrix.compare({"dtype": "float32"}, (want[0], [{"train_loss": 1.01}]), want)
 
 
-@pytest.mark.parametrize("shard", range(SHARDS))
-def test_runtime_matrix(shard):
+def _run(*args, devices):
+    """The last stdout line of tests/runtime_matrix.py ARGS on `devices` XLA CPU devices."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu",
-           "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
-    out = subprocess.run([sys.executable, "tests/runtime_matrix.py", f"{shard}/{SHARDS}"],
+           "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+    out = subprocess.run([sys.executable, "tests/runtime_matrix.py", *args],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_runtime_matrix(shard):
+    result = _run(f"{shard}/{SHARDS}", devices=8)
     expected = len(runtime_matrix.cases()[shard::SHARDS])
     assert result["ran"] == expected and result["failures"] == [], result["failures"]
+
+
+def test_binaries_with_bernoulli_and_vmap_on_2_and_4_devices(tmp_path):
+    """The presets' own setting (Bernoulli, vmap) through the run loop on 2 and 4 devices,
+    digits and Shakespeare (masked epochs): the same metrics to float32 rounding (one device
+    against many: the matrix above)."""
+    runs = _run("binaries", str(tmp_path), devices=4)
+    for dataset in ("digits", "shakespeare"):
+        two, four = runs[f"{dataset} 2"], runs[f"{dataset} 4"]
+        assert len(two) == 2 and "test_accuracy" in two[-1]
+        assert [r.keys() for r in four] == [r.keys() for r in two]
+        for a, b in zip(four, two):
+            assert a == pytest.approx(b, rel=1e-5, abs=1e-6), dataset

@@ -5,60 +5,19 @@ import os
 import jax
 import numpy as np
 import pytest
-from conftest import NUM_CLIENTS, QUIET, flat, linreg_loss, params_from, quiet_config
+from conftest import (
+    NUM_CLIENTS,
+    PLAY,
+    QUIET,
+    flat,
+    linreg_loss,
+    params_from,
+    quiet_config,
+    write_plays,
+)
 
 from fedinit_jax import RoundInput, algorithms, models, simulation
 from fedinit_jax.data import shakespeare as sh
-
-PLAY = """THE TRAGEDY OF TESTING
-
-by Nobody
-
-
-DRAMATIS PERSONAE
-
-ALPHA, a King
-BETA, his Fool
-
-
-ACT I.
-
-SCENE I. A room.
-
-[Enter Alpha and Beta,
-with attendants.]
-
-ALPHA.
-Good morrow, fool.  How fares the day?
-[Aside] It rains.
-
-Beta.
-Well, my liege; the day fares well,
-and so do I.
-
-ALPHA.
-Then sing.
-[Exit Beta [and attendants.]
-
-GAMMA
-One line, and no more.
-
-ACT II.
-
-SCENE I. Another room.
-
-BETA.
-I sing: hey, ho!
-
-ALPHA.
-Enough.
-
-BETA.
-As you will.
-
-ALPHA.
-A last word, and a last line.
-"""
 
 
 def test_parse_play_speakers_directions_and_headings():
@@ -213,10 +172,7 @@ def test_real_texts_statistics():
 def test_binary_trains_a_few_rounds_on_plays_written_here(tmp_path):
     """simulation.run on a tiny folder of plays (masked-epoch mode and fixed-K mode):
     finite, learning, and the masked run compiles its K from the largest client."""
-    texts = tmp_path / "texts"
-    texts.mkdir()
-    for i in range(3):
-        (texts / f"play{i}_gut.txt").write_text(PLAY.replace("ALPHA", f"ALPHA{'X' * i}"))
+    texts = write_plays(tmp_path / "texts", 3)
     config = quiet_config(dataset="shakespeare", model="lstm", data_dir=str(texts),
                           num_clients=6, participation=0.5, batch_size=2, local_lr=1.0,
                           weight_decay=0.0, clip_norm=0.0, rounds=3, eval_every=3,

@@ -30,10 +30,20 @@ def status(results):
             for name in os.listdir(folder)}
 
 
-def test_cells_done_then_a_changed_config_is_refused_per_cell(tmp_path):
+def test_cells_listed_run_one_by_one_refused_when_changed(tmp_path):
+    first = sweep(tmp_path, *TINY, "--cell=1")  # a job array's task: one cell
+    assert first.returncode == 0, first.stderr
+    listed = sweep(tmp_path, *TINY, "--list")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines() == [
+        "0\tfedavg-dir0.1-betadefault-E1-global-s0\tnot started",
+        "1\tfedinit-dir0.1-betadefault-E1-global-s0\tdone"]
     first = sweep(tmp_path, *TINY)
     assert first.returncode == 0, first.stderr
     assert set(status(tmp_path).values()) == {"done"} and len(status(tmp_path)) == 2
+    assert sweep(tmp_path, *TINY, "--cell=2").returncode == 2
+    empty = sweep(tmp_path, *TINY, "--algorithms=")
+    assert empty.returncode == 2 and "--algorithms is empty" in empty.stderr
     changed = sweep(tmp_path, *TINY, "--config.local_lr=0.05")
     assert changed.returncode == 1
     errors = changed.stderr.strip().splitlines()
@@ -46,19 +56,6 @@ def test_cells_done_then_a_changed_config_is_refused_per_cell(tmp_path):
     again = sweep(tmp_path, *TINY)
     assert again.returncode == 1 and "rounds 1..2 are missing" in again.stderr, again.stderr
     assert "1/2 cells finished" in again.stdout
-
-
-def test_list_one_cell_and_an_empty_grid(tmp_path):
-    one = sweep(tmp_path, *TINY, "--cell=1")
-    assert one.returncode == 0, one.stderr
-    listed = sweep(tmp_path, *TINY, "--list")
-    assert listed.returncode == 0, listed.stderr
-    assert listed.stdout.splitlines() == [
-        "0\tfedavg-dir0.1-betadefault-E1-global-s0\tnot started",
-        "1\tfedinit-dir0.1-betadefault-E1-global-s0\tdone"]
-    assert sweep(tmp_path, *TINY, "--cell=2").returncode == 2
-    empty = sweep(tmp_path, *TINY, "--algorithms=")
-    assert empty.returncode == 2 and "--algorithms is empty" in empty.stderr
 
 
 def test_workers_and_a_second_sweep_share_a_results_folder(tmp_path):

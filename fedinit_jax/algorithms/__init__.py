@@ -43,31 +43,52 @@ def hyperparameters(builder) -> dict:
     return found
 
 
+# options every algorithm takes besides its hyperparameters (config fields of their own)
+SHARED_OPTIONS = ("delta_from", "weight_decay", "clip_norm")
+
+
 class Entry(NamedTuple):
     """A registered algorithm: its builder, its name in tables, the paper's per-round
-    local-lr decay, and its reference. Its hyperparameters come from the builder."""
+    local-lr decay, and its reference. Its hyperparameters come from the builder.
+
+    server_step: False when the server replaces w instead of stepping along the mean update
+    (the FedDyn family), so server_lr and server_optimizer mean nothing there.
+    server_optimizer: whether a user's optax server optimizer may replace sgd(server_lr)
+    (not for FedAdam, whose server optimizer is its definition)."""
 
     builder: Callable
     display: str
     local_lr_decay: float
     reference: str
+    server_step: bool = True
+    server_optimizer: bool = True
 
     @property
     def defaults(self) -> dict:
-        return hyperparameters(self.builder)
+        found = hyperparameters(self.builder)
+        if not self.server_step:
+            found.pop("server_lr", None)
+        return found
+
+    @property
+    def options(self) -> tuple:
+        """Every keyword `get` takes for this algorithm."""
+        extra = ("server_optimizer",) if self.server_step and self.server_optimizer else ()
+        return tuple(sorted((*self.defaults, *SHARED_OPTIONS, *extra)))
 
 
 # one line per algorithm; the order is the order of the report's tables
 REGISTRY = {
     "fedavg": Entry(fedavg, "FedAvg", 0.998, "McMahan et al. 2017"),
-    "fedadam": Entry(fedadam, "FedAdam", 0.998, "Reddi et al. 2021"),
+    "fedadam": Entry(fedadam, "FedAdam", 0.998, "Reddi et al. 2021", server_optimizer=False),
     "fedsam": Entry(fedsam, "FedSAM", 0.998, "Qu et al. 2022"),
     "scaffold": Entry(scaffold, "SCAFFOLD", 0.998, "Karimireddy et al. 2020"),
-    "feddyn": Entry(feddyn, "FedDyn", 0.9995, "Acar et al. 2021"),
+    "feddyn": Entry(feddyn, "FedDyn", 0.9995, "Acar et al. 2021", server_step=False),
     "fedcm": Entry(fedcm, "FedCM", 0.998, "Xu et al. 2021"),
     "fedprox": Entry(fedprox, "FedProx", 0.998, "Li et al. 2020"),
-    "fedspeed": Entry(fedspeed, "FedSpeed", 0.998, "Sun et al. 2023 (FedSpeed)"),
-    "fedsmoo": Entry(fedsmoo, "FedSMOO", 0.998, "Sun et al. 2023 (FedSMOO)"),
+    "fedspeed": Entry(fedspeed, "FedSpeed", 0.998, "Sun et al. 2023 (FedSpeed)",
+                      server_step=False),
+    "fedsmoo": Entry(fedsmoo, "FedSMOO", 0.998, "Sun et al. 2023 (FedSMOO)", server_step=False),
     "fedgamma": Entry(fedgamma, "FedGamma", 0.998, "Dai et al. 2023"),
     "mofedsam": Entry(mofedsam, "MoFedSAM", 0.998, "Qu et al. 2022"),
     "fedinit": Entry(fedinit, "FedInit", 0.998, "FedInit paper, Algorithm 1"),
@@ -80,10 +101,17 @@ def hparam_names() -> tuple:
 
 
 def get(name: str, loss_fn, **hparams):
-    """Build the registered algorithm `name`; hparams override the builder's defaults."""
+    """Build the registered algorithm `name`; hparams override the builder's defaults. An
+    option the algorithm does not take (misspelled, or meaningless for it, e.g. a server
+    optimizer for FedDyn) is refused by name with the options it takes."""
     if name not in REGISTRY:
         raise ValueError(f"algorithm={name!r} is unknown; registered: {', '.join(REGISTRY)}")
-    return REGISTRY[name].builder(loss_fn, **hparams)
+    entry = REGISTRY[name]
+    unknown = sorted(set(hparams) - set(entry.options))
+    if unknown:
+        raise ValueError(f"{', '.join(unknown)}={hparams[unknown[0]]!r}: {name} takes no option "
+                         f"{', '.join(unknown)}; its options: {', '.join(entry.options)}")
+    return entry.builder(loss_fn, **hparams)
 
 
 __all__ = ["REGISTRY", "Entry", "get", "hparam_names", "hyperparameters", "fedavg", "fedinit",

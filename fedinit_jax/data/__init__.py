@@ -3,8 +3,10 @@ per-round inputs and on-device augmentation. Everything but augmentation is host
 from fedinit_jax.data.augment import augment, normalize
 from fedinit_jax.data.embedded import load_digits
 from fedinit_jax.data.participation import (
+    MIN_NONEMPTY,
     PARTICIPATION_MODES,
     bernoulli_bound,
+    nonempty_probability,
     pad,
     sample_bernoulli,
     sample_clients,
@@ -16,4 +18,4 @@ from fedinit_jax.data.tfds_source import load
 __all__ = ["augment", "normalize", "load_digits", "dirichlet", "iid", "pathological",
            "save_heatmap", "summarize", "ClientShards", "build_shards", "round_batches",
            "sample_clients", "steps_per_epoch", "load", "PARTICIPATION_MODES",
-           "bernoulli_bound", "pad", "sample_bernoulli"]
+           "bernoulli_bound", "pad", "sample_bernoulli", "MIN_NONEMPTY", "nonempty_probability"]

@@ -31,32 +31,62 @@ def sample_clients(rng: np.random.Generator, num_clients: int, per_round: int) -
     return np.sort(rng.choice(num_clients, size=per_round, replace=False)).astype(np.int32)
 
 
+MIN_NONEMPTY = 1e-3  # refused below: P(|S| >= 1) per draw, so a round needs < 1,000 draws
+MAX_DRAWS = 100_000  # a round's redraws are bounded (never reached above MIN_NONEMPTY)
+
+
+def nonempty_probability(num_clients: int, p: float) -> float:
+    """P(|S| >= 1) = 1 - (1 - p)^C of one Bernoulli draw."""
+    return 1.0 if p >= 1.0 else -math.expm1(num_clients * math.log1p(-p))
+
+
 def sample_bernoulli(rng: np.random.Generator, num_clients: int, p: float) -> np.ndarray:
-    """Every client with probability p (redrawn while none is drawn), sorted (int32 [|S|])."""
+    """Every client with probability p (redrawn while none is drawn), sorted (int32 [|S|]).
+
+    ValueError when a draw is almost never non-empty (P < MIN_NONEMPTY), so that the redraws
+    of a round are bounded."""
     if not 0.0 < p <= 1.0:
         raise ValueError(f"participation={p!r} must be in (0, 1]")
-    while True:
+    if nonempty_probability(num_clients, p) < MIN_NONEMPTY:
+        raise ValueError(f"participation={p!r} with {num_clients} clients draws nobody with "
+                         f"probability {1 - nonempty_probability(num_clients, p):.6f}: needs "
+                         f"1 - (1 - participation)^num_clients >= {MIN_NONEMPTY}")
+    for _ in range(MAX_DRAWS):
         ids = np.flatnonzero(rng.random(num_clients) < p).astype(np.int32)
         if ids.size:
             return ids
+    raise RuntimeError(f"{MAX_DRAWS} empty Bernoulli draws in a row (p={p}, C={num_clients})")
 
 
 def binomial_tail(n: int, c: int, p: float) -> float:
-    """P(X > n) for X ~ Binomial(c, p), summed in log space (no overflow for large c)."""
+    """P(X > n) for X ~ Binomial(c, p): the terms k = n+1.. in log space, stopped once past
+    the mean they fall below 1e-30 (so a bound over 10^7 clients takes milliseconds)."""
     if p >= 1.0:
         return 0.0 if n >= c else 1.0
     log_p, log_q = math.log(p), math.log1p(-p)
-    return sum(math.exp(math.lgamma(c + 1) - math.lgamma(k + 1) - math.lgamma(c - k + 1)
-                        + k * log_p + (c - k) * log_q) for k in range(n + 1, c + 1))
+    total, mean = 0.0, c * p
+    for k in range(n + 1, c + 1):
+        term = math.exp(math.lgamma(c + 1) - math.lgamma(k + 1) - math.lgamma(c - k + 1)
+                        + k * log_p + (c - k) * log_q)
+        total += term
+        if k > mean and term < 1e-30:
+            break
+    return total
 
 
 def bernoulli_bound(num_clients: int, p: float, multiple: int = 1, tail: float = TAIL) -> int:
     """The static client axis of a Bernoulli round: the smallest n with P(|S| > n) <= tail,
-    rounded up to a multiple of `multiple` (the devices)."""
-    n = max(1, math.ceil(num_clients * p))
-    while n < num_clients and binomial_tail(n, num_clients, p) > tail:
-        n += 1
-    return -(-n // multiple) * multiple
+    rounded up to a multiple of `multiple` (the devices). Binary search: the tail falls in n."""
+    lo, hi = max(1, math.ceil(num_clients * p)), num_clients
+    if lo >= hi or binomial_tail(lo, num_clients, p) <= tail:
+        hi = lo
+    while lo < hi:  # invariant: tail(hi) <= tail < tail(lo)
+        mid = (lo + hi) // 2
+        if binomial_tail(mid, num_clients, p) <= tail:
+            hi = mid
+        else:
+            lo = mid + 1
+    return -(-hi // multiple) * multiple
 
 
 def pad(ids: np.ndarray, size: int):

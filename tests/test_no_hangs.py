@@ -1,0 +1,132 @@
+"""Reliability III: legal values that used to hang, silent wrongs and messages that named
+nothing (each case one of the attacks that found it)."""
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import ml_dtypes
+import numpy as np
+import optax
+import pytest
+from conftest import NUM_CLIENTS, ROOT, linreg_loss, params_from, quiet_config, train
+
+from fedinit_jax import RoundInput, algorithms, experiment
+from fedinit_jax.data import participation, shakespeare
+
+
+def test_a_bernoulli_draw_that_is_almost_never_nonempty_is_refused_before_anything():
+    with pytest.raises(ValueError, match="config.participation=1e-09: with 1 clients"):
+        experiment.validate(quiet_config(participation_mode="bernoulli", participation=1e-9,
+                                         num_clients=1))
+    with pytest.raises(ValueError, match="draws nobody"):
+        participation.sample_bernoulli(np.random.default_rng(0), 1, 1e-9)
+
+
+def _exact_bound(c, p, tail=participation.TAIL):
+    """The smallest n with P(X > n) <= tail, X ~ Binomial(c, p), by exact sums (math.comb)."""
+    for n in range(c + 1):
+        if sum(math.comb(c, k) * p**k * (1 - p) ** (c - k) for k in range(n + 1, c + 1)) <= tail:
+            return n
+
+
+@pytest.mark.parametrize("c, p", [(1, 0.5), (7, 0.3), (20, 0.25), (100, 0.1), (200, 0.05),
+                                  (150, 0.9)])
+def test_bernoulli_bound_equals_exact_sums(c, p):
+    assert participation.bernoulli_bound(c, p) == max(1, _exact_bound(c, p))
+
+
+def test_bernoulli_bound_of_ten_million_clients_is_computed():
+    """Used to take minutes (a linear search over full tail sums): now a binary search
+    over sums cut past the mean. mean 5e6, std 1581: the bound is ~4.75 std above."""
+    n = participation.bernoulli_bound(10_000_000, 0.5)
+    assert 5_000_000 + 4 * 1581 < n < 5_000_000 + 6 * 1581
+
+
+def test_sigterm_ends_a_stuck_run_within_the_grace_period(tmp_path):
+    """A round loop that never reaches a boundary (here a fault that sleeps) still ends on
+    SIGTERM: one line, exit 128 + 15, within FEDINIT_STOP_GRACE_SECONDS."""
+    script = (
+        "import time, sys; sys.path.insert(0, 'tests')\n"
+        "from conftest import quiet_config, QUIET\n"
+        "from fedinit_jax import simulation\n"
+        "def stuck(point, t):\n"
+        "    if point == 'round_start' and t == 2:\n"
+        "        print('stuck', flush=True); time.sleep(600)\n"
+        f"simulation.run(quiet_config(), {str(tmp_path / 'run')!r}, fault=stuck, **QUIET)\n")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "FEDINIT_STOP_GRACE_SECONDS": "2"}
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline().strip() == "stuck"
+    t0 = time.time()
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM and time.time() - t0 < 15
+    assert "stopped by SIGTERM (no round boundary within 2 s)" in stderr, stderr
+    assert (tmp_path / "run" / "checkpoints" / "1").is_dir()  # round 1's is kept
+
+
+@pytest.mark.parametrize("field", ["local_epochs", "local_steps"])
+def test_a_round_input_too_large_for_the_host_is_refused_before_the_workdir(tmp_path, field):
+    result = train(tmp_path / "run", f"--config.{field}=1000000000000")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"error: config.{field}=1000000000000: a round's input "
+                                    "needs"), result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_nan_in_a_bfloat16_host_batch_is_caught():
+    algo = algorithms.fedavg(linreg_loss)
+    state = algo.init(params_from(np.array([0.3, -0.2, 0.1, 0.05])), NUM_CLIENTS)
+    x = np.ones((2, 2, 4, 3), ml_dtypes.bfloat16)
+    x[1, 0, 0, 0] = np.nan
+    y = np.ones((2, 2, 4), np.float32)
+    with pytest.raises(ValueError, match="NaN or inf"):
+        algo.apply(state, RoundInput(np.array([0, 1]), (x, y), 0.1), None)
+
+
+@pytest.mark.parametrize("name, options, says", [
+    ("fedinit", {"betta": 0.1}, "fedinit takes no option betta; its options: beta, clip_norm"),
+    ("fedadam", {"server_optimizer": optax.sgd(1.0)}, "fedadam takes no option server_optimizer"),
+    ("feddyn", {"server_optimizer": optax.adam(0.5)}, "feddyn takes no option server_optimizer"),
+    ("feddyn", {"server_lr": 0.5}, "feddyn takes no option server_lr"),
+])
+def test_an_option_an_algorithm_does_not_take_is_refused_by_name(name, options, says):
+    with pytest.raises(ValueError, match=says):
+        algorithms.get(name, linreg_loss, **options)
+    algorithms.get("fedavg", linreg_loss, server_optimizer=optax.adam(0.5))  # it has a step
+
+
+def test_a_misspelled_config_key_is_named_with_the_closest_field(tmp_path):
+    result = train(tmp_path / "run", "--config.algoritm=scaffold")
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("error: config: unknown config key 'algoritm'; did you "
+                                     "mean algorithm? (every field: "
+                                     "experiments/configs/default.py)")
+
+
+def test_plays_that_hold_no_client_are_named_with_their_cause(tmp_path):
+    (tmp_path / "empty_gut.txt").write_text("")
+    (tmp_path / "noise_gut.txt").write_bytes(bytes(range(256)) * 8)
+    (tmp_path / "prose_gut.txt").write_text("No speaker here.\nNone at all.\n")
+    with pytest.raises(ValueError) as err:
+        shakespeare.load(str(tmp_path))
+    assert str(err.value) == (
+        f"the Shakespeare texts in {str(tmp_path)!r} hold no client (a role with >= 2 "
+        "speeches): empty_gut.txt: empty; noise_gut.txt: not a text file (binary or not "
+        "UTF-8); prose_gut.txt: no speeches (no speaker heading: a NAME. line of its own)")
+
+
+def test_a_state_of_another_beta_is_refused():
+    params = params_from(np.array([0.3, -0.2, 0.1, 0.05]))
+    inp = RoundInput(np.array([0, 1]), (np.ones((2, 2, 4, 3), np.float32),
+                                        np.ones((2, 2, 4), np.float32)), 0.1)
+    fedavg_state = algorithms.fedavg(linreg_loss).init(params, NUM_CLIENTS)
+    with pytest.raises(ValueError, match="state.beta=0 but this algorithm was built with "
+                                         "beta=0.1"):
+        algorithms.fedinit(linreg_loss, beta=0.1).apply(fedavg_state, inp, None)
+    state = algorithms.fedinit(linreg_loss, beta=0.1).init(params, NUM_CLIENTS)
+    with pytest.raises(ValueError, match="state.beta=0.1 but .* beta=0.5"):
+        algorithms.fedinit(linreg_loss, beta=0.5).apply(state, inp, None)
