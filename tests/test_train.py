@@ -5,10 +5,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
-from conftest import QUIET, ROOT, TINY, quiet_config, rows, train, without_timing
+from conftest import QUIET, ROOT, TINY, quiet_config, rows, train
 
 from fedinit_jax import simulation
 
@@ -29,27 +28,50 @@ def test_end_to_end_metrics_fields(tmp_path):
     assert "final test_accuracy" in result.stdout
 
 
-def test_sigkill_then_resume_is_bit_identical(tmp_path):
-    """The binary killed mid-run (SIGKILL: no cleanup), then resumed by the same command,
-    equals an uninterrupted run (in-process: the same numbers)."""
-    slow = [*TINY[1:], "--config.rounds=8", "--config.local_epochs=40"]
-    reference = tmp_path / "reference"
-    simulation.run(quiet_config(rounds=8, local_epochs=40), str(reference), **QUIET)
-    killed = tmp_path / "killed"
-    proc = train(killed, *slow, wait=False)
-    metrics = killed / "metrics.jsonl"
-    deadline = time.time() + 240
-    while time.time() < deadline:
-        if metrics.exists() and len(metrics.read_text().splitlines()) >= 2:
-            break
-        time.sleep(0.005)
+KILL_CONFIG = {"rounds": 7, "local_epochs": 2, "eval_every": 2, "checkpoint_every": 3}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("uninterrupted")
+    simulation.run(quiet_config(**KILL_CONFIG), str(workdir), **QUIET)
+    return _metrics_bytes(workdir)
+
+
+def _metrics_bytes(workdir):
+    """metrics.jsonl as text, each row re-serialised without its seconds fields."""
+    return "".join(json.dumps({k: v for k, v in json.loads(line).items() if "seconds" not in k})
+                   + "\n" for line in open(os.path.join(workdir, "metrics.jsonl")))
+
+
+@pytest.mark.parametrize("point, at", [
+    ("round_start", 1),  # inside the first round: nothing finished yet
+    ("eval", 4),         # during an evaluation, one round after the round-3 checkpoint
+    ("round_start", 6),  # between checkpoints: rounds 4 and 5 done, the checkpoint is at 3
+])
+def test_sigkill_inside_a_round_then_resume_is_bit_identical(tmp_path, uninterrupted, point, at):
+    """A real SIGKILL (no cleanup) at a point chosen inside the run: the process stops there
+    (a fault hook that waits), is killed, and the same config resumes it; metrics.jsonl
+    equals an uninterrupted run's byte for byte but for the seconds fields."""
+    script = (
+        "import sys, time; sys.path.insert(0, 'tests')\n"
+        "from conftest import quiet_config, QUIET\n"
+        "from fedinit_jax import simulation\n"
+        "def wait_there(point, t):\n"
+        f"    if (point, t) == {(point, at)!r}:\n"
+        "        print('there', flush=True); time.sleep(600)\n"
+        f"simulation.run(quiet_config(**{KILL_CONFIG!r}), {str(tmp_path)!r}, fault=wait_there,"
+        " **QUIET)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, text=True,
+                            env={**os.environ, "JAX_PLATFORMS": "cpu"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline().strip() == "there", proc.stderr.read()
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    done = len(rows(killed))
-    assert 2 <= done < 8, f"the kill landed after {done} rounds; the test needs a mid-run kill"
-    resumed = train(killed, *slow)
-    assert resumed.returncode == 0, resumed.stderr
-    assert without_timing(rows(killed)) == without_timing(rows(reference))
+    done = len(rows(tmp_path)) if (tmp_path / "metrics.jsonl").exists() else 0
+    assert done == at - 1, done  # the rows before the point, none after
+    simulation.run(quiet_config(**KILL_CONFIG), str(tmp_path), **QUIET)
+    assert _metrics_bytes(tmp_path) == uninterrupted
 
 
 @pytest.mark.parametrize("change, field", [
