@@ -359,7 +359,8 @@ def _compile(spec, *, execution, chunk_size, num_devices, client_state_dtype,
         state and the leaves of round_input.batches may be jax.ShapeDtypeStruct (e.g.
         jax.eval_shape(algo.init, params, C)); client_ids, local_lr and the masks are small
         arrays. `.compile()` gives XLA's account per device (`memory_analysis()`: arguments,
-        outputs, temporaries, aliased) and `cost_analysis()` (FLOPs); `apply` on inputs of
+        outputs, temporaries, aliased) and `cost_analysis()` (XLA's FLOPs, which count a
+        loop body once: benchmarks/plan.py counts the jaxpr instead); `apply` on inputs of
         the same shapes then reuses that compilation."""
         if mesh is not None:  # as apply puts it: replicated over the mesh
             state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
