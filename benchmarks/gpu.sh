@@ -21,11 +21,11 @@ if [ "$dry" = 1 ]; then
   export JAX_PLATFORMS=cpu
   resnet=mlp cnn=mlp clients=2 steps=1 batch=2 repeats=1 plan=(--dry-run)
   torch_args=(--no-torch) small=(--eval-images 200 --lstm-steps 1 --lstm-batch 1)
-  lstm=(--lstm-executions vmap)
+  lstm=(--lstm-executions vmap) replicas=(--replica-betas 0 0.1)
 else
   "$py" -c "import jax; assert jax.default_backend() == 'gpu', jax.devices()"
   resnet=resnet18_gn cnn=cnn clients=10 steps=50 batch=50 repeats=3
-  plan=(--on-device --devices 1) small=() lstm=(--lstm-executions sequential vmap)
+  plan=(--on-device --devices 1) small=() lstm=(--lstm-executions sequential vmap) replicas=()
   torch_device=$("$py" -c "import torch; print('cuda' if torch.cuda.is_available() else 'none')" \
     2>/dev/null || echo none)
   torch_args=(--torch-device cuda)
@@ -50,7 +50,7 @@ cnn_steps=$(( steps < 10 ? steps : 10 ))
     --naive-convs xla "${torch_args[@]}" "${small[@]}" --tables speed eval
   # R federations (a beta sweep) in one vmapped program against R separate runs
   "$py" benchmarks/round_speed.py --model "$cnn" --clients "$clients" --steps "$cnn_steps" \
-    --batch "$batch" --repeats "$repeats" --tables replicas
+    --batch "$batch" --repeats "$repeats" "${replicas[@]}" --tables replicas
   # the Shakespeare LSTM round: fixed K and masked epochs, sequential and vmapped clients
   "$py" benchmarks/round_speed.py --clients "$clients" --repeats "$repeats" \
     "${torch_args[@]}" "${small[@]}" "${lstm[@]}" --tables lstm

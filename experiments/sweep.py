@@ -54,6 +54,8 @@ flags.DEFINE_integer("cell", None, "Run only the cell of this index (0-based, se
 flags.DEFINE_integer("workers", 1, "Cells run at once, each in its own process.")
 flags.DEFINE_bool("wait", True, "After the other cells, wait for cells running elsewhere "
                   "(and take over those whose holder ended unfinished).")
+flags.DEFINE_bool("summary", True, "Print the closing 'N/M cells finished' line (--workers' "
+                  "children do not).")
 FLAGS = flags.FLAGS
 ELSEWHERE_EXIT = 75  # EX_TEMPFAIL: cells still running elsewhere (--nowait)
 POLL_SECONDS = 2.0
@@ -234,7 +236,7 @@ def _child_argv(index):
             skip = "=" not in arg and name in ("workers", "cell")
             continue
         argv.append(arg)
-    return [sys.executable, "-m", "experiments.sweep", *argv, f"--cell={index}"]
+    return [sys.executable, "-m", "experiments.sweep", *argv, f"--cell={index}", "--nosummary"]
 
 
 def _with_workers(grid, chosen, stop) -> dict:
@@ -302,8 +304,9 @@ def main(argv):
         sys.exit(128 + err.signum)
     finished = sum(v in ("done", "diverged") for v in outcome.values())
     elsewhere = sum(v == "elsewhere" for v in outcome.values())
-    print(f"{finished}/{len(chosen)} cells finished in {FLAGS.results}"
-          + (f", {elsewhere} running elsewhere" if elsewhere else ""))
+    if FLAGS.summary:
+        print(f"{finished}/{len(chosen)} cells finished in {FLAGS.results}"
+              + (f", {elsewhere} running elsewhere" if elsewhere else ""))
     if any(v in ("error", "stopped") for v in outcome.values()):
         sys.exit(1)
     sys.exit(ELSEWHERE_EXIT if elsewhere else 0)
