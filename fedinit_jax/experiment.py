@@ -375,11 +375,12 @@ def check_compiled_round(config, algo, init_params, task, devices) -> None:
     account = round_memory(compiled)
     available = available_memory()
     on_host = jax.default_backend() == "cpu"
-    need = account["peak"] * (devices if on_host else 1)
+    local = min(devices, jax.local_device_count())  # this process's share of the mesh
+    need = account["peak"] * (local if on_host else 1)
     if available is None or need <= available:
         return
     field = ("num_clients" if account["arguments"] > account["temporaries"] else "batch_size")
-    where = (f"{devices} CPU devices share {available / 2**30:.1f} GiB" if on_host else
+    where = (f"{local} CPU devices share {available / 2**30:.1f} GiB" if on_host else
              f"a device holds {available / 2**30:.1f} GiB")
     _fail(field, config[field],
           f"the compiled round needs {account['peak'] / 2**30:.1f} GiB per device (XLA: "

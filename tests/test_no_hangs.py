@@ -11,7 +11,7 @@ import ml_dtypes
 import numpy as np
 import optax
 import pytest
-from conftest import NUM_CLIENTS, ROOT, linreg_loss, params_from, quiet_config, train
+from conftest import NUM_CLIENTS, QUIET, ROOT, linreg_loss, params_from, quiet_config, train
 
 from fedinit_jax import RoundInput, algorithms, experiment
 from fedinit_jax.data import participation, shakespeare
@@ -130,3 +130,15 @@ def test_a_state_of_another_beta_is_refused():
     state = algorithms.fedinit(linreg_loss, beta=0.1).init(params, NUM_CLIENTS)
     with pytest.raises(ValueError, match="state.beta=0.1 but .* beta=0.5"):
         algorithms.fedinit(linreg_loss, beta=0.5).apply(state, inp, None)
+
+
+def test_a_compiled_round_that_cannot_fit_its_devices_is_refused(tmp_path, monkeypatch):
+    """XLA's account of the compiled round against the devices' memory (here made 2 MiB: the
+    state's estimate, 1.3 MB, passes; the compiled round, a few MiB per device, does not)."""
+    from fedinit_jax import simulation
+
+    monkeypatch.setattr(experiment, "available_memory", lambda: 2 * 2**20)
+    with pytest.raises(ValueError, match=r"config.num_clients=8: the compiled round needs .* "
+                                         r"per device \(XLA: arguments"):
+        simulation.run(quiet_config(), str(tmp_path / "run"), **QUIET)
+    assert not (tmp_path / "run").exists()
