@@ -16,3 +16,33 @@ def test_readme_python_example_runs(capsys):
     values = [[float(v) for v in line.split()[1:]] for line in rounds]
     assert np.isfinite(values).all() and len(values[0]) == 2  # train_loss, divergence
     assert "'w'" in params and "'b'" in params  # the global model's params printed
+
+
+def test_readme_sample_output_is_the_committed_run_of_its_command():
+    """The README's CIFAR-10 sample output is the binary's own lines for the committed run
+    (results/readme_cifar10_sample), whose config.json is what the README's command resolves
+    to with the current configs (a new or changed field fails here: rerun the command and
+    commit the run again). Running it here would cost a CIFAR-10 decode and training."""
+    import json
+
+    from experiments.configs import paper
+    from fedinit_jax import simulation
+
+    text = open(os.path.join(ROOT, "README.md")).read()
+    command = re.search(r"    TFDS_DATA_DIR=\.\./shared/tfds \.venv/bin/python -m experiments.train "
+                        r"\\\n(.*?)\n\n", text, re.S).group(1)
+    overrides = dict(re.findall(r"--config\.(\w+)=(\S+)", command))
+    preset = re.search(r"paper\.py:(\S+)", command).group(1)
+    sample = os.path.join(ROOT, "results", "readme_cifar10_sample")
+    want = {**paper.get_config(preset).to_dict(),
+            **{k: type(paper.get_config(preset)[k])(v) for k, v in overrides.items()}}
+    assert json.load(open(os.path.join(sample, "config.json"))) == want
+    block = re.search(r"Its output with the current code.*?```\n(.*?)```", text, re.S).group(1)
+    shown = block.strip().splitlines()
+    rows = [json.loads(line) for line in open(os.path.join(sample, "metrics.jsonl"))]
+    by_round = {r["round"]: r for r in rows}
+    for line in shown[:-1]:
+        assert line == simulation._line(by_round[int(line.split()[1])]), line
+    last = [r for r in rows if "test_accuracy" in r][-1]
+    assert shown[-1] == (f"final test_accuracy {last['test_accuracy']:.4f} after round "
+                         f"{last['round']} (workdir /tmp/c10q)")
