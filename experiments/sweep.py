@@ -207,10 +207,10 @@ def _gpu_count() -> int:
     return sum(line.startswith("GPU ") for line in listed.splitlines())
 
 
-def _worker_env(slot: int, workers: int):
-    """(environment, CPU set) of worker `slot`: one GPU each, or a share of the cores."""
+def _worker_env(slot: int, workers: int, gpus: int):
+    """(environment, CPU set) of worker `slot`: one of the host's `gpus` GPUs each, or (no
+    GPU) a share of the cores."""
     env = dict(os.environ)
-    gpus = _gpu_count()
     if gpus:
         ids = (os.environ.get("CUDA_VISIBLE_DEVICES") or ",".join(map(str, range(gpus))))
         env["CUDA_VISIBLE_DEVICES"] = ids.split(",")[slot % gpus].strip()
@@ -243,11 +243,12 @@ def _with_workers(grid, chosen, stop) -> dict:
     """Run the chosen cells in FLAGS.workers processes at once (each `--cell=I`)."""
     pending, running, outcome = list(chosen), {}, {}
     codes = {0: "done", 1: "error", ELSEWHERE_EXIT: "elsewhere"}
+    gpus = _gpu_count()  # once: nvidia-smi is a process of its own
     try:
         while pending or running:
             while pending and len(running) < FLAGS.workers and not stop:
                 slot = min(set(range(FLAGS.workers)) - {s for s, _ in running.values()})
-                env, cores = _worker_env(slot, FLAGS.workers)
+                env, cores = _worker_env(slot, FLAGS.workers, gpus)
                 i = pending.pop(0)
                 proc = subprocess.Popen(
                     _child_argv(i), env=env,

@@ -70,11 +70,10 @@ class Lock:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:
             if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                holder = os.pread(self._fd, 200, 0).decode(errors="replace").strip()
+                holder = _holder_text(self._fd)
                 os.close(self._fd)
-                raise WorkdirBusy(f"workdir {workdir!r} is in use by "
-                                   f"{holder or 'another process'}; wait for it to end or "
-                                   "use another workdir") from None
+                raise WorkdirBusy(f"workdir {workdir!r} is in use by {holder}; wait for it "
+                                  "to end or use another workdir") from None
             if err.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
                 log(f"warning: {workdir!r} supports no file locks; nothing stops a second "
                     "process from writing it")
@@ -90,6 +89,11 @@ class Lock:
             self._fd = None
 
 
+def _holder_text(fd) -> str:
+    """What the lock's holder wrote into the lock file ("process N on HOST")."""
+    return os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+
+
 def holder(workdir: str):
     """Who holds the workdir's lock ("process N on HOST"), or None when nobody does (or the
     workdir has no lock file yet). Takes and drops the lock to ask: never blocks."""
@@ -102,7 +106,7 @@ def holder(workdir: str):
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError as err:
         if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            return os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+            return _holder_text(fd)
         return None  # no locks on this filesystem: nothing to ask
     finally:
         os.close(fd)  # drops the shared lock, if taken
