@@ -164,7 +164,7 @@ def plan(spec: str, devices: int, utilization: float) -> dict:
     compile_seconds = time.perf_counter() - t0
     account = experiment.round_memory(compiled)
     unsharded = algo.with_runtime(execution="vmap", num_devices=None)
-    flops = matmul_flops(jax.make_jaxpr(unsharded.round_fn)(state, inp, key).jaxpr) / devices
+    flops = matmul_flops(jax.make_jaxpr(unsharded.apply)(state, inp, key).jaxpr) / devices
     d = sum(math.prod(x.shape) for x in jax.tree.leaves(params))
     row = {"preset": spec.split(":", 1)[-1] or spec, "devices": devices, "clients": c,
            "slots": n, "steps": k, "batch": config["batch_size"], "params": d,

@@ -110,7 +110,7 @@ def profile(model_name, conv, steps, batch):
     algo = algorithms.get("fedavg", loss).with_runtime(execution="sequential")
     state = algo.init(params, num_clients=1)
     inp = round_data(1, steps, batch)
-    compiled = jax.jit(algo.round_fn).lower(state, inp, jax.random.key(1)).compile()
+    compiled = jax.jit(algo.apply).lower(state, inp, jax.random.key(1)).compile()
     jax.block_until_ready(compiled(state, inp, jax.random.key(1)))
     t0 = time.perf_counter()
     jax.block_until_ready(compiled(state, inp, jax.random.key(1)))

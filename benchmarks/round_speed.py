@@ -454,8 +454,8 @@ def memory_table(args):
     state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))
     rows = []
     for donate in (False, True):
-        jitted = jax.jit(algo.round_fn, donate_argnums=(0,) if donate else ())
-        m = jitted.lower(state, inp, jax.random.key(1)).compile().memory_analysis()
+        lowered = algo.with_runtime(donate_state=donate).lower(state, inp, jax.random.key(1))
+        m = lowered.compile().memory_analysis()
         total = account_bytes(m)
         rows.append(["donated" if donate else "not donated", _mib(state_bytes),
                      _mib(m.argument_size_in_bytes), _mib(m.output_size_in_bytes),

@@ -4,8 +4,17 @@ pure, jit-compiled JAX rounds with vmapped clients.
 Paper: "Rethinking the Personalized Relaxed Initialization in the Federated Learning:
 Consistency and Generalization" (FedInit; ../shared/paper), whose Algorithm 1 starts each
 sampled client from the relaxed initialization w_i0 = w + beta * (w - w_i).
+
+    algo = fedinit_jax.algorithms.fedinit(loss_fn, beta=0.1)     # or algorithms.get(name, ...)
+    state = algo.init(params, num_clients=C)
+    fedinit_jax.check_round_input(algo, state, round_input)       # host-side, optional
+    state, metrics = algo.apply(state, round_input, key)          # pure, jit-compiled
+
+This package is the core (algorithms, the round, local training, corrections, models,
+pytree helpers, data loaders and partitions, replicas); it imports nothing of the experiment
+machinery (fedinit_jax.experiment: configs, the run loop, workdirs, checkpoints, tasks).
 """
-from fedinit_jax import algorithms
+from fedinit_jax import algorithms, replicas
 from fedinit_jax.correction import (
     ClientCorrection,
     Correction,
@@ -14,10 +23,16 @@ from fedinit_jax.correction import (
     ServerInput,
     compose,
 )
-from fedinit_jax.federated_round import build_algorithm
-from fedinit_jax.types import Costs, FederatedAlgorithm, FedState, RoundInput
+from fedinit_jax.federated_round import (
+    RoundSpec,
+    build_algorithm,
+    check_round_input,
+    check_state,
+)
+from fedinit_jax.types import Costs, FederatedAlgorithm, FedState, RoundInput, Runtime
 
-__all__ = ["algorithms", "build_algorithm", "Correction", "ClientCorrection", "ServerCorrection",
-           "ServerInput", "LocalContext", "compose", "Costs", "FederatedAlgorithm", "FedState",
-           "RoundInput"]
+__all__ = ["algorithms", "replicas", "build_algorithm", "check_round_input", "check_state",
+           "Correction", "ClientCorrection", "ServerCorrection", "ServerInput", "LocalContext",
+           "compose", "Costs", "FederatedAlgorithm", "FedState", "RoundInput", "RoundSpec",
+           "Runtime"]
 __version__ = "0.1.0"

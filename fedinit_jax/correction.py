@@ -44,8 +44,8 @@ class ServerInput(NamedTuple):
       RoundInput.step_mask: the mean over S of each client's real steps times eta_l).
     old_clients / new_clients: the sampled clients' states before / after the round, [N, ...].
     all_clients: every client's state after the round, [C, ...] (float32).
-    num_clients: C.  weights: None, or [N]: 1 for a sampled client, 0 for a padded slot
-      (Bernoulli participation), which must not count.
+    num_clients: C.  mask: None, or [N] float: 1 for a sampled client, 0 for a padded slot
+      (Bernoulli participation), which must not count (RoundInput.mask as numbers).
     """
 
     w_candidate: Params
@@ -56,7 +56,7 @@ class ServerInput(NamedTuple):
     new_clients: PyTree
     all_clients: PyTree
     num_clients: int
-    weights: Array | None
+    mask: Array | None
 
 
 class InitFn(Protocol):
@@ -140,10 +140,6 @@ class Composed(NamedTuple):
     extra: PyTree
 
 
-def _merge(a: tuple, b: tuple) -> tuple:
-    return a + tuple(x for x in b if x not in a)
-
-
 def compose(base: Correction, extra: Correction) -> Correction:
     """`base` and `extra` in one round: extra's gradient correction applies after base's,
     its server update sees base's w; the decays add; states are Composed(base, extra), each
@@ -184,7 +180,7 @@ def compose(base: Correction, extra: Correction) -> Correction:
                 apply=lambda w, batch, key, carry, ctx: inner.apply(w, batch, key, carry,
                                                                     view(ctx, owner)))
 
-    costs = Costs(*(_merge(a, b) for a, b in zip(base.costs, extra.costs)))
+    costs = base.costs.merge(extra.costs)
     return Correction(
         client=ClientCorrection(
             init=lambda w: Composed(base.client.init(w), extra.client.init(w)),

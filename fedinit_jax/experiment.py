@@ -15,7 +15,7 @@ import numpy as np
 from fedinit_jax import algorithms, checks, data, execution, models, tasks
 from fedinit_jax.data import shakespeare
 from fedinit_jax.federated_round import CLIENT_STATE_DTYPES, DELTA_FROM
-from fedinit_jax.types import FederatedAlgorithm, RoundInput
+from fedinit_jax.types import FederatedAlgorithm, RoundInput, Runtime
 
 PARTITIONS = ("iid", "dirichlet", "pathological")
 EMBEDDED = {"digits": data.load_digits}
@@ -41,8 +41,7 @@ class Experiment(NamedTuple):
     init_params: Any
     num_classes: int
     clients_per_round: int  # N, the static client axis (Bernoulli: the bound on |S|)
-    steps_per_round: int    # K
-    options: dict           # the resolved runtime options (execution, num_devices, ...)
+    steps_per_round: int    # K (algorithm.runtime: how its round runs)
 
 
 class _Task(NamedTuple):
@@ -186,15 +185,13 @@ def algorithm_kwargs(config) -> dict:
     return kwargs
 
 
-def runtime_options(config) -> dict:
-    """How the binaries run the round (algo.with_runtime): never what it computes."""
-    options = {"execution": execution.resolve(config["execution"]),
-               "num_devices": num_devices(config),
-               "client_state_dtype": config["client_state_dtype"],
-               "donate_state": True}  # the loop never reads a round's input state again
-    if options["execution"] == "chunked":
-        options["chunk_size"] = config["chunk_size"]
-    return options
+def runtime(config) -> Runtime:
+    """How the binaries run the round: never what it computes."""
+    strategy = execution.resolve(config["execution"])
+    return Runtime(execution=strategy, num_devices=num_devices(config),
+                   chunk_size=config["chunk_size"] if strategy == "chunked" else None,
+                   client_state_dtype=config["client_state_dtype"],
+                   donate_state=True)  # the loop never reads a round's input state again
 
 
 def num_devices(config) -> int:
@@ -216,16 +213,15 @@ def num_devices(config) -> int:
 def build(config) -> Experiment:
     """Load and split the data, build the model, the loss and the algorithm."""
     validate(config)
-    options = runtime_options(config)
     task = _text_task(config) if config["dataset"] == "shakespeare" else _image_task(config)
-    algo = algorithms.get(config["algorithm"], task.loss_fn, **algorithm_kwargs(config))
-    algo = algo.with_runtime(**options)
+    algo = algorithms.get(config["algorithm"], task.loss_fn, runtime=runtime(config),
+                          **algorithm_kwargs(config))
     _check_memory(config, task.model, task.input_shape, algo)
     init_params = task.model.init(jax.random.key(config["seed"]), task.input_shape)
     _check_round_input_size(config, task)
-    check_compiled_round(config, algo, init_params, task, options["num_devices"])
+    check_compiled_round(config, algo, init_params, task)
     return Experiment(task.round_batches, task.client_sizes, task.evaluate, algo, init_params,
-                      task.num_classes, clients_per_round(config), task.steps, options)
+                      task.num_classes, clients_per_round(config), task.steps)
 
 
 def _image_task(config) -> _Task:
@@ -318,7 +314,7 @@ def _check_memory(config, model, example_shape, algo):
     w_i and per-client extras (C x vectors x d x bytes) plus four copies of the model."""
     shapes = jax.eval_shape(lambda key: model.init(key, example_shape), jax.random.key(0))
     d = sum(math.prod(x.shape) for x in jax.tree.leaves(shapes))
-    vectors = 1 + len(algo.costs.client_state)
+    vectors = 1 + len(algorithms.REGISTRY[config["algorithm"]].costs.client_state)
     itemsize = jax.numpy.dtype(config["client_state_dtype"]).itemsize
     need = config["num_clients"] * vectors * d * itemsize + 4 * 4 * d
     available = available_memory()
@@ -350,8 +346,8 @@ def first_round_input(config, task: _Task) -> RoundInput:
     ids = np.arange(n, dtype=np.int32) % config["num_clients"]
     mask = np.ones(n, bool) if config["participation_mode"] == "bernoulli" else None
     batches, step_mask = task.round_batches(ids, np.random.default_rng(0))
-    weights = task.client_sizes[ids] if config["aggregation"] == "size" else None
-    return RoundInput(ids, batches, np.float32(config["local_lr"]), mask, step_mask, weights)
+    sizes = task.client_sizes[ids] if config["aggregation"] == "size" else None
+    return RoundInput(ids, batches, np.float32(config["local_lr"]), mask, step_mask, sizes)
 
 
 def round_memory(compiled) -> dict:
@@ -365,7 +361,7 @@ def round_memory(compiled) -> dict:
     return account
 
 
-def check_compiled_round(config, algo, init_params, task, devices) -> None:
+def check_compiled_round(config, algo, init_params, task) -> None:
     """Compile the round ahead of time (the first round then reuses it) and refuse, naming a
     field, a run whose round does not fit the memory its devices have: XLA's own account
     per device against the device's limit (GPU/TPU), or, on CPU, devices x account against
@@ -375,7 +371,7 @@ def check_compiled_round(config, algo, init_params, task, devices) -> None:
     account = round_memory(compiled)
     available = available_memory()
     on_host = jax.default_backend() == "cpu"
-    local = min(devices, jax.local_device_count())  # this process's share of the mesh
+    local = min(algo.runtime.num_devices, jax.local_device_count())  # this process's share of the mesh
     need = account["peak"] * (local if on_host else 1)
     if available is None or need <= available:
         return

@@ -36,6 +36,10 @@ bf16(w_iK) and everything else is computed in float32.
 Metrics: train_loss (mean local loss), divergence = mean_S ||w_iK - w_new||^2 (the authors'
 code) and divergence_all = (1/C) sum_C ||w_i - w_new||^2 (the paper's Delta^t).
 """
+import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -47,10 +51,37 @@ from fedinit_jax import execution as strategies
 from fedinit_jax import local, tree
 from fedinit_jax.checks import FLOAT32_MAX, check_choice, check_number
 from fedinit_jax.correction import NONE, Correction, LocalContext, ServerInput
-from fedinit_jax.types import Costs, FederatedAlgorithm, FedState, RoundInput
+from fedinit_jax.types import (
+    DEFAULT_RUNTIME,
+    Array,
+    FederatedAlgorithm,
+    FedState,
+    RoundInput,
+    Runtime,
+)
 
 DELTA_FROM = ("global", "start")
 CLIENT_STATE_DTYPES = ("float32", "bfloat16", "float16")
+
+
+
+
+class RoundSpec(NamedTuple):
+    """What the round computes (build_algorithm's arguments); the Runtime says how it runs.
+
+    server_optimizer: optax transformation of the pseudo-gradient -mean_S(delta_i).
+    client_optimizer: None (plain SGD, the paper's), or an optax transformation between
+      weight decay and the step -eta_l (local.py).
+    """
+
+    loss_fn: Callable
+    correction: Correction
+    beta: float
+    delta_from: str
+    server_optimizer: Any
+    client_optimizer: Any
+    clip_norm: float | None
+    weight_decay: float | None
 
 
 def _floats_to(dtype, pytree):
@@ -59,14 +90,327 @@ def _floats_to(dtype, pytree):
         lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, pytree)
 
 
-def _check_builder_args(beta, delta_from, clip_norm, weight_decay):
+def store(runtime: Runtime, pytree):
+    """Per-client state as FedState keeps it (runtime.client_state_dtype)."""
+    dtype = runtime.client_state_dtype
+    return pytree if dtype is None else _floats_to(dtype, pytree)
+
+
+def load(runtime: Runtime, pytree):
+    """Per-client state as the round computes with it (float32 when stored narrower)."""
+    return pytree if runtime.client_state_dtype is None else _floats_to(jnp.float32, pytree)
+
+
+def check_runtime(runtime: Runtime) -> None:
+    """ValueError naming the field when a Runtime cannot run here."""
+    if not isinstance(runtime, Runtime):
+        raise ValueError(f"runtime must be a fedinit_jax.Runtime, got {type(runtime)}")
+    strategies.check_strategy(runtime.execution, runtime.chunk_size)
+    if runtime.client_state_dtype is not None:  # None: the parameters' own dtype
+        check_choice("client_state_dtype", runtime.client_state_dtype, CLIENT_STATE_DTYPES)
+    strategies.client_mesh(runtime.num_devices)  # ValueError for a count not here
+
+
+def init_state(spec: RoundSpec, runtime: Runtime, params, num_clients: int) -> FedState:
+    """FedState at round 0: w = params, every w_i = w^0 (Algorithm 1 line 1), zero
+    correction states, the server optimizer's initial state."""
+    if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
+        raise ValueError(f"num_clients={num_clients!r} must be a positive int")
+    # each leaf as an array of its own dtype: a weakly typed leaf (jnp.asarray(0.05))
+    # would come back strongly typed from the round and compile it a second time
+    params = jax.tree.map(lambda x: jnp.asarray(x, jnp.asarray(x).dtype), params)
+    if not jax.tree.leaves(params) or not all(
+            jnp.issubdtype(x.dtype, jnp.floating) for x in jax.tree.leaves(params)):
+        raise ValueError("params: every leaf must be a float array (got dtypes "
+                         f"{sorted({str(x.dtype) for x in jax.tree.leaves(params)})})")
+    correction = spec.correction
+    state = FedState(
+        params=params,
+        client_params=store(runtime, tree.stack(params, num_clients)),
+        server_opt_state=spec.server_optimizer.init(params),
+        server_state=correction.server.init(params),
+        client_state=store(runtime, tree.stack(correction.client.init(params), num_clients)),
+        beta=jnp.asarray(spec.beta, jnp.float32),
+        rounds_done=jnp.zeros((), jnp.int32))
+    if runtime.donate_state:  # every leaf its own buffer: none shared with the caller's
+        state = jax.tree.map(jnp.copy, state)  # params or another leaf (Adam's m, v)
+    return state
+
+
+class Slots(NamedTuple):
+    """How the round's N client slots count.
+
+    ids: [N] client ids, a padded slot's replaced by C (gathers read a real row, scatters
+      drop it).  mask: None, or [N] float32 1 / 0: real / padded (RoundInput.mask), for the
+      uniform means (corrections, metrics).  aggregation: the server's weights of its means
+      over S: None (uniform), or the sizes n_i (zero on padded slots).  real_steps: [N] each
+      client's real local steps (K, or the step mask's count).
+    """
+
+    ids: Array
+    mask: Array | None
+    aggregation: Array | None
+    real_steps: Array
+
+
+def slots(round_input: RoundInput, num_clients: int) -> Slots:
+    """The Slots of a round input on a federation of num_clients clients."""
+    num_steps = jax.tree.leaves(round_input.batches)[0].shape[1]
+    mask = None if round_input.mask is None else round_input.mask.astype(jnp.float32)
+    aggregation = mask
+    if round_input.sizes is not None:
+        sizes = round_input.sizes.astype(jnp.float32)
+        aggregation = sizes if mask is None else sizes * mask
+    step_mask = round_input.step_mask  # [N, K] or None
+    real_steps = (jnp.full(round_input.client_ids.shape, num_steps, jnp.float32)
+                  if step_mask is None else jnp.sum(step_mask, axis=1).astype(jnp.float32))
+    ids = (round_input.client_ids if round_input.mask is None
+           else jnp.where(round_input.mask, round_input.client_ids, num_clients))
+    return Slots(ids, mask, aggregation, real_steps)
+
+
+def local_rules(spec: RoundSpec):
+    """(gradient rule, weight decay of the local step) of the spec's correction: the authors'
+    clip form adds a proximal / dual pull lam * w after clipping, as extra weight decay."""
+    correction = spec.correction
+    gradient = (correction.local_gradient or local.plain_gradient)(spec.loss_fn)
+    decay = (spec.weight_decay if not correction.client.decay
+             else (spec.weight_decay or 0.0) + correction.client.decay)
+    return gradient, decay
+
+
+def client_update(spec: RoundSpec, w, server_state, lr, batched: bool, args):
+    """One client's round (Algorithm 1 lines 7-12): K corrected local steps from its start
+    w_i0, then its new correction state. args = (w_i0, batches [K, ...], key, client state,
+    step mask [K] or None, real steps). Returns (w_iK, p_i = w_iK - w_i0, mean local loss,
+    new client state)."""
+    w0, batches, client_key, client_state, steps, k = args
+    gradient, decay = local_rules(spec)
+    ctx = LocalContext(w, w0, server_state, client_state)
+    w_end, loss, carry = local.local_update(
+        gradient, lambda g, wk: spec.correction.client.gradient(g, wk, ctx), w0, batches,
+        client_key, lr, ctx, clip_norm=spec.clip_norm, weight_decay=decay,
+        client_optimizer=spec.client_optimizer, step_mask=steps, skip_by_cond=not batched)
+    progress = jax.tree.map(jnp.subtract, w_end, w0)
+    return (w_end, progress, loss.astype(jnp.float32),
+            spec.correction.client.finalize(ctx, progress, k * lr, carry))
+
+
+def skip_client(args):
+    """A padded slot: nothing trained, its start and old state kept, zero progress."""
+    w0, _, _, client_state, _, _ = args
+    # zeros_like of a slot's own array: varying over a shard_map mesh as a trained one's
+    no_loss = jnp.zeros_like(jax.tree.leaves(w0)[0], jnp.float32, shape=())
+    return w0, optax.tree.zeros_like(w0), no_loss, client_state
+
+
+def train_clients(spec: RoundSpec, runtime: Runtime, state: FedState, round_input, key,
+                  counted: Slots):
+    """Every slot's client_update, mapped as the runtime says (execution.py), a padded slot
+    skipped: by lax.cond one client at a time, by selection side by side (module doc).
+    Returns (w_iK, p_i, losses, new client states, old client states), each [N, ...]."""
+    w, lr = state.params, jnp.asarray(round_input.local_lr, jnp.float32)
+    old_clients = load(runtime, tree.gather(state.client_state, counted.ids))
+    w_start = tree.relaxed_init(w, load(runtime, tree.gather(state.client_params, counted.ids)),
+                                state.beta)
+    client_keys = jax.random.split(key, counted.ids.shape[0])
+    batched = runtime.execution != "sequential"  # clients side by side: select, never cond
+    train = functools.partial(client_update, spec, w, state.server_state, lr, batched)
+    masked = round_input.mask is not None
+
+    def one_client(args):
+        if not masked:
+            return train(args)
+        *inputs, is_real = args
+        if batched:
+            return tree.select(is_real, train(tuple(inputs)), skip_client(tuple(inputs)))
+        return lax.cond(is_real, train, skip_client, tuple(inputs))
+
+    mapped = (w_start, round_input.batches, client_keys, old_clients, round_input.step_mask,
+              counted.real_steps)
+    results = strategies.map_clients(
+        one_client, mapped + (round_input.mask,) if masked else mapped, runtime.execution,
+        runtime.chunk_size, strategies.client_mesh(runtime.num_devices))
+    return (*results, old_clients)
+
+
+def aggregate(spec: RoundSpec, runtime: Runtime, state: FedState, lr, counted: Slots, w_end,
+              progress, new_clients, old_clients):
+    """The server (Algorithm 1 lines 14-16 and the correction's server update):
+    w <- w + server_opt(mean_S(delta_i)), w_i <- w_iK and the client states written for S.
+    Returns (w_new, server_opt_state, server_state, client_params, client_state)."""
+    w = state.params
+    num_clients = jax.tree.leaves(state.client_params)[0].shape[0]
+    mean_progress = tree.client_mean(progress, counted.aggregation)
+    if spec.delta_from == "start":
+        mean_delta = mean_progress
+    else:
+        mean_delta = tree.client_mean(jax.tree.map(lambda x, y: x - y[None], w_end, w),
+                                      counted.aggregation)
+    pseudo_grad = jax.tree.map(jnp.negative, mean_delta)
+    updates, server_opt_state = spec.server_optimizer.update(pseudo_grad,
+                                                             state.server_opt_state, w)
+    client_params = tree.scatter(state.client_params, counted.ids, w_end)
+    client_state = tree.scatter(state.client_state, counted.ids, new_clients)
+    server_state, w_new = spec.correction.server.update(state.server_state, ServerInput(
+        w_candidate=optax.apply_updates(w, updates),
+        mean_w_end=tree.client_mean(w_end, counted.aggregation), mean_progress=mean_progress,
+        lr_sum=tree.client_mean(counted.real_steps, counted.mask) * lr,
+        old_clients=old_clients, new_clients=new_clients,
+        all_clients=load(runtime, client_state), num_clients=num_clients,
+        mask=counted.mask))
+    return w_new, server_opt_state, server_state, client_params, client_state
+
+
+def round_metrics(losses, w_end, w_new, client_params, mask) -> dict:
+    """train_loss = mean_S local loss; divergence = mean_S ||w_iK - w_new||^2 (the authors');
+    divergence_all = (1/C) sum_C ||w_i - w_new||^2 (the paper's Delta^t)."""
+    return {
+        "train_loss": tree.client_mean(losses, mask),
+        "divergence": tree.client_mean(tree.per_client_sq_dist(w_end, w_new), mask),
+        "divergence_all": jnp.mean(tree.per_client_sq_dist(client_params, w_new)),
+    }
+
+
+def federated_round(spec: RoundSpec, runtime: Runtime, state: FedState,
+                    round_input: RoundInput, key):
+    """One round, pure: (state, round_input, key) -> (state, metrics) (module doc)."""
+    num_clients = jax.tree.leaves(state.client_params)[0].shape[0]
+    counted = slots(round_input, num_clients)
+    w_end, progress, losses, new_clients, old_clients = train_clients(
+        spec, runtime, state, round_input, key, counted)
+    lr = jnp.asarray(round_input.local_lr, jnp.float32)
+    w_new, server_opt_state, server_state, client_params, client_state = aggregate(
+        spec, runtime, state, lr, counted, w_end, progress, new_clients, old_clients)
+    new_state = FedState(w_new, client_params, server_opt_state, server_state, client_state,
+                         state.beta, state.rounds_done + 1)
+    return new_state, round_metrics(losses, w_end, w_new, client_params, counted.mask)
+
+
+def build_algorithm(loss_fn, *, correction: Correction = NONE, beta: float = 0.0,
+                    delta_from: str = "global", server_optimizer=None, client_optimizer=None,
+                    clip_norm=None, weight_decay=None,
+                    runtime: Runtime = DEFAULT_RUNTIME) -> FederatedAlgorithm:
+    """A FederatedAlgorithm for `loss_fn(params, batch, key) -> scalar`.
+
+    correction: the algorithm's plug-in (FedAvg: none; its local_gradient, if any, replaces
+    the plain gradient). server_optimizer: optax transformation applied to the
+    pseudo-gradient -mean_S(delta_i); default sgd(1.0), i.e. w <- w + mean delta.
+    client_optimizer: see local.py (None: the paper's SGD). runtime: how it runs (Runtime).
+    """
     check_number("beta", beta)  # the paper sweeps -0.2..0.15
     check_choice("delta_from", delta_from, DELTA_FROM)
     check_number("clip_norm", clip_norm, 0.0, optional=True)  # None or 0: off
     check_number("weight_decay", weight_decay, 0.0, optional=True)
+    for name, opt in (("server_optimizer", server_optimizer),
+                      ("client_optimizer", client_optimizer)):
+        if opt is not None and not isinstance(opt, optax.GradientTransformation):
+            raise ValueError(f"{name} must be an optax.GradientTransformation (e.g. "
+                             f"optax.adam(1e-3)), got {type(opt).__name__}")
+    spec = RoundSpec(loss_fn, correction, beta, delta_from,
+                     optax.sgd(1.0) if server_optimizer is None else server_optimizer,
+                     client_optimizer, clip_norm, weight_decay)
+    return compile_algorithm(spec, runtime)
 
 
-def check_round_input(round_input: RoundInput, num_clients: int, num_devices: int = 1) -> None:
+def compile_algorithm(spec: RoundSpec, runtime: Runtime) -> FederatedAlgorithm:
+    """The algorithm of `spec` under `runtime`: init, the jitted round as apply, lower."""
+    check_runtime(runtime)
+    mesh = strategies.client_mesh(runtime.num_devices)
+    donate = (0,) if runtime.donate_state else ()
+    round_fn = functools.partial(federated_round, spec, runtime)
+    replicated = None if mesh is None else NamedSharding(mesh, PartitionSpec())
+    # with a mesh the state lives replicated on it, so every round sees the same shardings
+    jitted_round = jax.jit(round_fn, donate_argnums=donate, **(
+        {} if mesh is None else {"out_shardings": replicated}))
+
+    def place(state):
+        return state if replicated is None else jax.device_put(state, replicated)
+
+    def apply(state: FedState, round_input: RoundInput, key):
+        """One round (pure, jittable): (state, round_input, key) -> (state, metrics)."""
+        return jitted_round(place(state), as_arrays(round_input), key)
+
+    def lower(state, round_input: RoundInput, key):
+        """The jit-compiled round of `apply`, lowered for these inputs without running it.
+
+        state and the leaves of round_input.batches may be jax.ShapeDtypeStruct (e.g.
+        jax.eval_shape(algo.init, params, C)); client_ids, local_lr and the masks are small
+        arrays. `.compile()` gives XLA's account per device (`memory_analysis()`: arguments,
+        outputs, temporaries, aliased) and `cost_analysis()` (XLA's FLOPs, which count a
+        loop body once: benchmarks/plan.py counts the jaxpr instead); `apply` on inputs of
+        the same shapes then reuses that compilation."""
+        if replicated is not None:  # as apply puts it: replicated over the mesh
+            state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                                                sharding=replicated), state)
+        return jitted_round.lower(state, as_arrays(round_input), key)
+
+    current = runtime
+
+    def with_runtime(runtime: Runtime | None = None, **fields) -> FederatedAlgorithm:
+        """This algorithm under `runtime`, or under its own with `fields` replaced."""
+        unknown = sorted(set(fields) - set(Runtime._fields))
+        if unknown:
+            raise ValueError(f"with_runtime: {', '.join(unknown)} not runtime options; "
+                             f"allowed: {', '.join(Runtime._fields)}")
+        return compile_algorithm(spec, (current if runtime is None else runtime)
+                                 ._replace(**fields))
+
+    return FederatedAlgorithm(init=functools.partial(init_state, spec, runtime), apply=apply,
+                              lower=lower, runtime=runtime, with_runtime=with_runtime,
+                              spec=spec)
+
+
+@functools.lru_cache(maxsize=64)
+def _expected_state(init, treedef, leaves, num_clients):
+    params = jax.tree.unflatten(treedef, [jax.ShapeDtypeStruct(s, d) for s, d in leaves])
+    return jax.eval_shape(lambda p: init(p, num_clients), params)
+
+
+def _spec_of(pytree):
+    return (jax.tree.structure(pytree),
+            [(tuple(x.shape), jnp.dtype(x.dtype)) for x in jax.tree.leaves(pytree)])
+
+
+def _check_structure(algo: FederatedAlgorithm, state) -> int:
+    """ValueError unless `state` has the structure, shapes and dtypes algo.init makes (e.g. a
+    SCAFFOLD state handed to FedCM); returns C."""
+    if not isinstance(state, FedState):
+        raise ValueError(f"state must be a FedState from algo.init, got {type(state)}")
+    num_clients = jax.tree.leaves(state.client_params)[0].shape[0]
+    leaves = tuple((tuple(x.shape), jnp.dtype(x.dtype)) for x in jax.tree.leaves(state.params))
+    want = _expected_state(algo.init, jax.tree.structure(state.params), leaves, num_clients)
+    for field in FedState._fields:
+        if _spec_of(getattr(state, field)) != _spec_of(getattr(want, field)):
+            raise ValueError(f"state.{field} does not match this algorithm's state (was the "
+                             "state made by another algorithm's init, or for other params?)")
+    return num_clients
+
+
+def check_state(algo: FederatedAlgorithm, state: FedState) -> None:
+    """ValueError unless `state` is one of algo's: the structure, shapes and dtypes its init
+    makes, and its beta (a state's beta is traced, so replicas may differ; one whose beta is
+    not the builder's, fedavg's 0 given to fedinit, comes from another builder). Reads beta
+    from the device: call it once after init or a restore, not every round."""
+    _check_structure(algo, state)
+    if not isinstance(state.beta, jax.core.Tracer) and not np.isclose(
+            float(state.beta), algo.spec.beta, rtol=1e-6, atol=1e-7):
+        raise ValueError(f"state.beta={float(state.beta):g} but this algorithm was built with "
+                         f"beta={algo.spec.beta:g}: the state comes from another algorithm or "
+                         "builder; use that one, or this one's init")
+
+
+def check_round_input(algo: FederatedAlgorithm, state: FedState,
+                      round_input: RoundInput) -> None:
+    """ValueError naming the field when `round_input` cannot run on `state` under algo's
+    runtime (ids in range and distinct, [N, K, B] batches, masks, sizes, lr, N a multiple of
+    the devices), or the state is not algo's. Host-side, no device read: the binaries call
+    it before every round; `algo.apply` itself checks nothing, so it can be jitted."""
+    num_clients = _check_structure(algo, state)
+    check_inputs(round_input, num_clients, algo.runtime.num_devices or 1)
+
+
+def check_inputs(round_input: RoundInput, num_clients: int, num_devices: int = 1) -> None:
     """ValueError naming the field when a round input cannot be run on num_clients clients."""
     ids = np.asarray(round_input.client_ids)
     if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
@@ -119,11 +463,11 @@ def check_round_input(round_input: RoundInput, num_clients: int, num_devices: in
                              f"{list(shapes[0][:2])}, got shape {steps.shape} dtype {steps.dtype}")
         if not steps[real_rows].any(axis=1).all():
             raise ValueError("step_mask: every sampled client needs >= 1 real local step")
-    if round_input.weights is not None:
-        w = np.asarray(round_input.weights)
+    if round_input.sizes is not None:
+        w = np.asarray(round_input.sizes)
         if (w.shape != ids.shape or not np.issubdtype(w.dtype, np.number)
                 or not np.isfinite(w).all() or not (w[real_rows] > 0).all()):
-            raise ValueError(f"weights must be finite numbers shaped like client_ids {ids.shape}, "
+            raise ValueError(f"sizes must be finite numbers shaped like client_ids {ids.shape}, "
                              f"> 0 for the sampled clients; got {w!r}")
     lr = np.asarray(round_input.local_lr)
     if (lr.shape != () or not np.issubdtype(lr.dtype, np.number) or not np.isfinite(lr)
@@ -142,240 +486,4 @@ def as_arrays(round_input: RoundInput) -> RoundInput:
         local_lr=jnp.asarray(round_input.local_lr, jnp.float32),
         mask=optional(round_input.mask, bool),
         step_mask=optional(round_input.step_mask, bool),
-        weights=optional(round_input.weights, jnp.float32))
-
-
-RUNTIME_DEFAULTS = {"execution": "vmap", "chunk_size": None, "num_devices": None,
-                    "client_state_dtype": None, "donate_state": False}
-
-
-def build_algorithm(loss_fn, *, correction: Correction = NONE, beta: float = 0.0,
-                    delta_from: str = "global", server_optimizer=None, clip_norm=None,
-                    weight_decay=None, costs: Costs | None = None) -> FederatedAlgorithm:
-    """A FederatedAlgorithm for `loss_fn(params, batch, key) -> scalar`, run with the
-    default runtime (vmapped clients on one device); `algo.with_runtime(...)` for another.
-
-    correction: the algorithm's plug-in (FedAvg: none; its local_gradient, if any, replaces
-    the plain gradient). server_optimizer: optax transformation applied to the
-    pseudo-gradient -mean_S(delta_i); default sgd(1.0), i.e. w <- w + mean delta.
-    costs: what the algorithm communicates and stores (default: the correction's).
-    """
-    _check_builder_args(beta, delta_from, clip_norm, weight_decay)
-    spec = dict(loss_fn=loss_fn, correction=correction, beta=beta, delta_from=delta_from,
-                server_optimizer=optax.sgd(1.0) if server_optimizer is None
-                else server_optimizer, clip_norm=clip_norm, weight_decay=weight_decay,
-                costs=correction.costs if costs is None else costs)
-    return _compile(spec, **RUNTIME_DEFAULTS)
-
-
-def _compile(spec, *, execution, chunk_size, num_devices, client_state_dtype,
-             donate_state) -> FederatedAlgorithm:
-    """The algorithm of `spec` under one runtime: how the round runs, never what it computes.
-
-    execution / chunk_size: how the sampled clients are mapped (execution.py).
-    num_devices: split the sampled clients over this many devices (shard_map); None: one.
-    client_state_dtype: storage dtype of the per-client state (None: the parameters' own).
-    donate_state: `apply` donates the state's buffers to the round (jit donate_argnums), so
-    the new [C, ...] client tables are written in place instead of next to a copy (about
-    half the peak memory); the state passed in must not be used after the call (JAX raises
-    "Array has been deleted" if it is). The binaries donate; the API default keeps it.
-    """
-    strategies.check_strategy(execution, chunk_size)
-    if client_state_dtype is not None:  # None: the parameters' own dtype
-        check_choice("client_state_dtype", client_state_dtype, CLIENT_STATE_DTYPES)
-    mesh = strategies.client_mesh(num_devices)
-    correction, server_opt = spec["correction"], spec["server_optimizer"]
-    clip_norm, delta_from = spec["clip_norm"], spec["delta_from"]
-    gradient_fn = (correction.local_gradient or local.plain_gradient)(spec["loss_fn"])
-    client, server = correction.client, correction.server
-    # the authors' clip form: a proximal / dual pull lam * w is added after clipping
-    weight_decay = spec["weight_decay"]
-    local_decay = weight_decay if not client.decay else (weight_decay or 0.0) + client.decay
-
-    def store(pytree):  # per-client state as kept in FedState
-        return pytree if client_state_dtype is None else _floats_to(client_state_dtype, pytree)
-
-    def load(pytree):  # ... and as computed with
-        return pytree if client_state_dtype is None else _floats_to(jnp.float32, pytree)
-
-    def init(params, num_clients: int) -> FedState:
-        if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
-            raise ValueError(f"num_clients={num_clients!r} must be a positive int")
-        # each leaf as an array of its own dtype: a weakly typed leaf (jnp.asarray(0.05))
-        # would come back strongly typed from the round and compile it a second time
-        params = jax.tree.map(lambda x: jnp.asarray(x, jnp.asarray(x).dtype), params)
-        if not jax.tree.leaves(params) or not all(
-                jnp.issubdtype(x.dtype, jnp.floating) for x in jax.tree.leaves(params)):
-            raise ValueError("params: every leaf must be a float array (got dtypes "
-                             f"{sorted({str(x.dtype) for x in jax.tree.leaves(params)})})")
-        state = FedState(
-            params=params,
-            client_params=store(tree.stack(params, num_clients)),
-            server_opt_state=server_opt.init(params),
-            server_state=server.init(params),
-            client_state=store(tree.stack(client.init(params), num_clients)),
-            beta=jnp.asarray(spec["beta"], jnp.float32),
-            rounds_done=jnp.zeros((), jnp.int32))
-        if donate_state:  # every leaf its own buffer: none shared with the caller's params
-            state = jax.tree.map(jnp.copy, state)  # or with another leaf (e.g. Adam's m, v)
-        return state
-
-    def round_fn(state: FedState, round_input: RoundInput, key):
-        w = state.params
-        lr = jnp.asarray(round_input.local_lr, jnp.float32)
-        num_clients = jax.tree.leaves(state.client_params)[0].shape[0]
-        num_steps = jax.tree.leaves(round_input.batches)[0].shape[1]
-        mask = round_input.mask
-        weights = None if mask is None else mask.astype(jnp.float32)
-        aggregation = weights  # the server's means over S: uniform, or by the given weights
-        if round_input.weights is not None:
-            sizes = round_input.weights.astype(jnp.float32)
-            aggregation = sizes if mask is None else sizes * weights
-        step_mask = round_input.step_mask  # [N, K] or None
-        real_steps = (jnp.full(round_input.client_ids.shape, num_steps, jnp.float32)
-                      if step_mask is None else jnp.sum(step_mask, axis=1).astype(jnp.float32))
-        ids = (round_input.client_ids if mask is None
-               else jnp.where(mask, round_input.client_ids, num_clients))  # padded: dropped
-        old_clients = load(tree.gather(state.client_state, ids))
-        w_start = tree.relaxed_init(w, load(tree.gather(state.client_params, ids)), state.beta)
-        client_keys = jax.random.split(key, ids.shape[0])
-
-        batched = execution != "sequential"  # clients side by side: select, never cond
-
-        def train(args):
-            w0, batches, client_key, client_state, steps, k = args
-            ctx = LocalContext(w, w0, state.server_state, client_state)
-            w_end, loss, carry = local.local_update(
-                gradient_fn, lambda g, wk: client.gradient(g, wk, ctx), w0, batches,
-                client_key, lr, ctx, clip_norm=clip_norm, weight_decay=local_decay,
-                step_mask=steps, skip_by_cond=not batched)
-            progress = jax.tree.map(jnp.subtract, w_end, w0)
-            return (w_end, progress, loss.astype(jnp.float32),
-                    client.finalize(ctx, progress, k * lr, carry))
-
-        def skip(args):  # a padded slot: nothing trained, the old state kept
-            w0, _, _, client_state, _, _ = args
-            # zeros_like of a slot's own array: varying over a shard_map mesh as train's are
-            no_loss = jnp.zeros_like(jax.tree.leaves(w0)[0], jnp.float32, shape=())
-            return w0, optax.tree.zeros_like(w0), no_loss, client_state
-
-        def one_client(args):
-            if mask is None:
-                return train(args)
-            *inputs, is_real = args
-            if batched:
-                return tree.select(is_real, train(tuple(inputs)), skip(tuple(inputs)))
-            return lax.cond(is_real, train, skip, tuple(inputs))
-
-        mapped = (w_start, round_input.batches, client_keys, old_clients, step_mask, real_steps)
-        w_end, progress, losses, new_clients = strategies.map_clients(
-            one_client, mapped if mask is None else mapped + (mask,),
-            execution, chunk_size, mesh)
-
-        mean_progress = tree.client_mean(progress, aggregation)
-        if delta_from == "start":
-            mean_delta = mean_progress
-        else:
-            mean_delta = tree.client_mean(jax.tree.map(lambda x, y: x - y[None], w_end, w),
-                                          aggregation)
-        pseudo_grad = jax.tree.map(jnp.negative, mean_delta)
-        updates, server_opt_state = server_opt.update(pseudo_grad, state.server_opt_state, w)
-        client_params = tree.scatter(state.client_params, ids, w_end)
-        client_state = tree.scatter(state.client_state, ids, new_clients)
-        server_state, w_new = server.update(state.server_state, ServerInput(
-            w_candidate=optax.apply_updates(w, updates),
-            mean_w_end=tree.client_mean(w_end, aggregation), mean_progress=mean_progress,
-            lr_sum=tree.client_mean(real_steps, weights) * lr, old_clients=old_clients,
-            new_clients=new_clients,
-            all_clients=load(client_state), num_clients=num_clients, weights=weights))
-
-        new_state = FedState(w_new, client_params, server_opt_state, server_state,
-                             client_state, state.beta, state.rounds_done + 1)
-        metrics = {
-            "train_loss": tree.client_mean(losses, weights),
-            "divergence": tree.client_mean(tree.per_client_sq_dist(w_end, w_new), weights),
-            "divergence_all": jnp.mean(tree.per_client_sq_dist(client_params, w_new)),
-        }
-        return new_state, metrics
-
-    donate = (0,) if donate_state else ()
-    replicated = None if mesh is None else NamedSharding(mesh, PartitionSpec())
-    if mesh is None:
-        jitted_round = jax.jit(round_fn, donate_argnums=donate)
-    else:  # the state lives replicated on the mesh, so every round sees the same shardings
-        jitted_round = jax.jit(round_fn, out_shardings=replicated, donate_argnums=donate)
-
-    expected_states = {}
-
-    def check_state(state, num_clients):
-        """ValueError unless `state` has the structure, shapes and dtypes this algorithm's
-        init makes (e.g. a SCAFFOLD state handed to FedCM)."""
-        signature = (jax.tree.structure(state.params),
-                     tuple((x.shape, x.dtype) for x in jax.tree.leaves(state.params)),
-                     num_clients)
-        if signature not in expected_states:
-            expected_states[signature] = jax.eval_shape(lambda p: init(p, num_clients),
-                                                        state.params)
-        want = expected_states[signature]
-        spec_of = lambda t: (jax.tree.structure(t),  # noqa: E731
-                             [(tuple(x.shape), jnp.dtype(x.dtype)) for x in jax.tree.leaves(t)])
-        for field in FedState._fields:
-            if spec_of(getattr(state, field)) != spec_of(getattr(want, field)):
-                raise ValueError(f"state.{field} does not match this algorithm's state (was "
-                                 "the state made by another algorithm's init, or for other "
-                                 "params?)")
-
-    last_beta = [None]  # the beta array of the state this apply returned last
-
-    def check_beta(state):
-        """beta lives in the state (traced, so replicas may differ); a state whose beta is not
-        the builder's was made by another algorithm (fedavg's 0 given to fedinit) or builder:
-        refused, instead of silently running with the state's beta. Checked once per state
-        chain: a state this apply returned is trusted without a host read."""
-        if state.beta is last_beta[0]:
-            return
-        if not isinstance(state.beta, jax.core.Tracer) and not np.isclose(
-                float(state.beta), spec["beta"], rtol=1e-6, atol=1e-7):
-            raise ValueError(f"state.beta={float(state.beta):g} but this algorithm was built "
-                             f"with beta={spec['beta']:g}: the state comes from another "
-                             "algorithm or builder; use that one, or this one's init")
-
-    def apply(state: FedState, round_input: RoundInput, key):
-        if not isinstance(state, FedState):
-            raise ValueError(f"state must be a FedState from algo.init, got {type(state)}")
-        num_clients = jax.tree.leaves(state.client_params)[0].shape[0]
-        check_state(state, num_clients)
-        check_beta(state)
-        check_round_input(round_input, num_clients, 1 if mesh is None else mesh.size)
-        if mesh is not None:
-            state = jax.device_put(state, replicated)  # a no-op after the first round
-        new_state, metrics = jitted_round(state, as_arrays(round_input), key)
-        last_beta[0] = new_state.beta
-        return new_state, metrics
-
-    def lower(state, round_input: RoundInput, key):
-        """The jit-compiled round of `apply`, lowered for these inputs without running it.
-
-        state and the leaves of round_input.batches may be jax.ShapeDtypeStruct (e.g.
-        jax.eval_shape(algo.init, params, C)); client_ids, local_lr and the masks are small
-        arrays. `.compile()` gives XLA's account per device (`memory_analysis()`: arguments,
-        outputs, temporaries, aliased) and `cost_analysis()` (XLA's FLOPs, which count a
-        loop body once: benchmarks/plan.py counts the jaxpr instead); `apply` on inputs of
-        the same shapes then reuses that compilation."""
-        if mesh is not None:  # as apply puts it: replicated over the mesh
-            state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
-                                                                sharding=replicated), state)
-        return jitted_round.lower(state, as_arrays(round_input), key)
-
-    runtime = dict(execution=execution, chunk_size=chunk_size, num_devices=num_devices,
-                   client_state_dtype=client_state_dtype, donate_state=donate_state)
-
-    def with_runtime(**changes) -> FederatedAlgorithm:
-        unknown = sorted(set(changes) - set(RUNTIME_DEFAULTS))
-        if unknown:
-            raise ValueError(f"with_runtime: {', '.join(unknown)} not runtime options; "
-                             f"allowed: {', '.join(RUNTIME_DEFAULTS)}")
-        return _compile(spec, **{**runtime, **changes})
-
-    return FederatedAlgorithm(init=init, apply=apply, round_fn=round_fn,
-                              costs=spec["costs"], with_runtime=with_runtime, lower=lower)
+        sizes=optional(round_input.sizes, jnp.float32))

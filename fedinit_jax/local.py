@@ -8,10 +8,15 @@ For k = 0..K-1 on client i's k-th minibatch:
     g = clip_by_global_norm(g, clip)   # clip sees loss + correction, not weight decay
     g = g + wd * w                     # coupled L2 (FedDyn / FedProx add their lam * w here,
                                        # the authors' clip form: the round passes wd + lam)
-    w = w - eta_l * g                  # plain SGD
+    u = client_optimizer(g)            # identity by default: the paper's SGD
+    w = w - eta_l * u
 
-The last three lines are an optax chain whose learning rate is a traced per-round scalar.
-Written for one client; the round maps it over the sampled clients.
+The last four lines are an optax chain whose learning rate is a traced per-round scalar.
+`client_optimizer` is any optax.GradientTransformation whose updates the round scales by
+-eta_l (e.g. optax.scale_by_adam(), optax.trace(0.9) for heavy-ball momentum); its state
+lives inside the client's K-step scan: it starts fresh every round and is not kept across
+rounds. Clipping and weight decay stay before it, in the authors' order. Written for one
+client; the round maps it over the sampled clients.
 """
 from collections.abc import Callable
 from typing import NamedTuple
@@ -24,17 +29,19 @@ from jax import lax
 from fedinit_jax import tree
 
 
-def client_optimizer(learning_rate, clip_norm: float | None, weight_decay: float | None):
-    """optax chain: clip_by_global_norm(clip) -> add_decayed_weights(wd) -> sgd(eta_l).
-
-    clip_norm / weight_decay of None or 0 leave that stage out.
-    """
+def local_optimizer(learning_rate, clip_norm: float | None, weight_decay: float | None,
+                    client_optimizer=None):
+    """optax chain: clip_by_global_norm(clip) -> add_decayed_weights(wd) ->
+    client_optimizer -> scale(-eta_l). With client_optimizer None this is sgd(eta_l) exactly
+    (optax.sgd is identity -> scale_by_learning_rate). clip_norm / weight_decay of None or
+    0 leave that stage out."""
     stages = []
     if clip_norm:
         stages.append(optax.clip_by_global_norm(clip_norm))
     if weight_decay:
         stages.append(optax.add_decayed_weights(weight_decay))
-    stages.append(optax.sgd(learning_rate))
+    stages.append(optax.identity() if client_optimizer is None else client_optimizer)
+    stages.append(optax.scale_by_learning_rate(learning_rate))
     return optax.chain(*stages)
 
 
@@ -88,7 +95,8 @@ def sam_gradient(loss_fn, rho) -> Gradient:
 
 
 def local_update(gradient: Gradient, correct, w_start, batches, key, learning_rate, ctx=None,
-                 *, clip_norm=None, weight_decay=None, step_mask=None, skip_by_cond=True):
+                 *, clip_norm=None, weight_decay=None, client_optimizer=None, step_mask=None,
+                 skip_by_cond=True):
     """K local steps from w_start over `batches` (leaves [K, B, ...]) with lax.scan.
 
     gradient: a Gradient; correct: (g, w) -> corrected g; ctx: the client's LocalContext.
@@ -99,7 +107,7 @@ def local_update(gradient: Gradient, correct, w_start, batches, key, learning_ra
     fails: federated_round.py).
     Returns (w_K, mean loss over the real steps, the gradient's final carry).
     """
-    opt = client_optimizer(learning_rate, clip_norm, weight_decay)
+    opt = local_optimizer(learning_rate, clip_norm, weight_decay, client_optimizer)
     num_steps = jax.tree.leaves(batches)[0].shape[0]
     step_keys = jax.random.split(key, num_steps)
 

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedinit_jax import tree
-from fedinit_jax.federated_round import as_arrays, check_round_input
+from fedinit_jax.federated_round import as_arrays, check_inputs
 from fedinit_jax.types import FederatedAlgorithm, FedState, RoundInput
 
 
@@ -54,15 +54,15 @@ def make_apply(algo: FederatedAlgorithm, shared_input: bool = True):
     otherwise every leaf of the round input carries a leading [R] axis.
     """
     round_axes = None if shared_input else 0
-    vmapped = jax.jit(jax.vmap(algo.round_fn, in_axes=(0, round_axes, 0)))
+    vmapped = jax.jit(jax.vmap(algo.apply, in_axes=(0, round_axes, 0)))
 
     def apply(states: FedState, round_input: RoundInput, keys):
         num_clients = jax.tree.leaves(states.client_params)[0].shape[1]
         if shared_input:
-            check_round_input(round_input, num_clients)
+            check_inputs(round_input, num_clients)
         else:
             for r in range(len(keys)):
-                check_round_input(jax.tree.map(lambda x, r=r: x[r], round_input), num_clients)
+                check_inputs(jax.tree.map(lambda x, r=r: x[r], round_input), num_clients)
         return vmapped(states, as_arrays(round_input), keys)
 
     return apply

@@ -25,9 +25,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedinit_jax import data, distributed, experiment
+from fedinit_jax import algorithms, data, distributed, experiment
 from fedinit_jax import workdir as workdir_lib
 from fedinit_jax.checkpoint import Checkpointer
+from fedinit_jax.federated_round import check_round_input, check_state
 from fedinit_jax.types import RoundInput
 from fedinit_jax.workdir import WorkdirBusy, WorkdirError, WriteError, read_metrics  # noqa: F401 (API)
 
@@ -218,7 +219,8 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop):
     checkpointer = Checkpointer(workdir, keep=config["keep_checkpoints"], log=log)
     try:
         start, state, rows = _resume(checkpointer, state, config, workdir, log)
-    except WorkdirError:
+        check_state(exp.algorithm, state)  # the restored state is this algorithm's
+    except (WorkdirError, ValueError):
         checkpointer.close()
         raise
     decay = experiment.local_lr_decay(config)
@@ -284,7 +286,7 @@ def _write_run_info(exp, config, workdir, log):
     """run_info.json: what the run ran on; a change of device count is recorded and warned."""
     info_path = os.path.join(workdir, "run_info.json")
     before = workdir_lib.read_json(info_path) if os.path.exists(info_path) else {}
-    devices = exp.options["num_devices"]
+    devices = exp.algorithm.runtime.num_devices
     history = before.get("num_devices_history", [])
     if before and before.get("num_devices") != devices:  # sharding decides the last bits
         history.append({"after_round": rounds_done(workdir, config), "num_devices": devices,
@@ -300,8 +302,10 @@ def _write_run_info(exp, config, workdir, log):
         "client_slots": exp.clients_per_round,
         "participation_mode": config["participation_mode"],
         "local_steps": exp.steps_per_round, "backend": jax.default_backend(),
-        "execution": exp.options["execution"], "num_devices": exp.options["num_devices"],
-        "num_processes": jax.process_count(), "costs": exp.algorithm.costs._asdict()})
+        "execution": exp.algorithm.runtime.execution,
+        "num_devices": exp.algorithm.runtime.num_devices,
+        "num_processes": jax.process_count(),
+        "costs": algorithms.REGISTRY[config["algorithm"]].costs._asdict()})
 
 
 def _resume(checkpointer, state, config, workdir, log):
@@ -391,11 +395,11 @@ def _train_round(exp, config, state, t, root_key, decay, last_checkpoint, log=pr
     t0 = time.perf_counter()
     ids, mask = _sample(exp, config, t, log)
     batches, step_mask = exp.round_batches(ids, np.random.default_rng([config["seed"], 2, t]))
-    weights = exp.client_sizes[ids] if config["aggregation"] == "size" else None
+    sizes = exp.client_sizes[ids] if config["aggregation"] == "size" else None
     lr = np.float32(config["local_lr"] * decay ** t)
-    new_state, metrics = exp.algorithm.apply(
-        state, RoundInput(ids, batches, lr, mask, step_mask, weights),
-        jax.random.fold_in(root_key, t))
+    round_input = RoundInput(ids, batches, lr, mask, step_mask, sizes)
+    check_round_input(exp.algorithm, state, round_input)
+    new_state, metrics = exp.algorithm.apply(state, round_input, jax.random.fold_in(root_key, t))
     metrics = {k: float(v) for k, v in metrics.items()}
     loss_ok = math.isfinite(metrics["train_loss"])
     if not (loss_ok and bool(_all_finite(new_state.params))):

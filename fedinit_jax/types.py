@@ -3,7 +3,8 @@
 Every algorithm is a pure function pair (optax / fedjax style)::
 
     state = algo.init(params, num_clients=C)
-    state, metrics = algo.apply(state, round_input, key)
+    fedinit_jax.check_round_input(algo, state, round_input)   # optional, on the host
+    state, metrics = algo.apply(state, round_input, key)      # pure: jit / vmap / scan it
 
 The state is a NamedTuple of arrays only; its structure, shapes and dtypes are the same
 after every round, so a run compiles once.
@@ -33,9 +34,10 @@ class RoundInput(NamedTuple):
       step (clients of unequal size, data/shakespeare.py), which changes nothing: not the
       parameters, the loss, the optimizer or a correction state. Client i's K eta_l becomes
       (its real steps) * eta_l.
-    weights: None (the server's means over S are uniform, the paper's), or [N] positive
-      floats, e.g. client sizes n_i: the server averages delta_i, p_i and w_iK with these
-      weights (FedAvg's n_i / n). Correction sums and metrics stay uniform.
+    sizes: None (the server's means over S are uniform, the paper's), or [N] positive
+      floats, the clients' sizes n_i (examples, tokens): the server averages delta_i, p_i
+      and w_iK weighted by them (FedAvg's n_i / n). Correction sums and metrics stay
+      uniform. (`mask` says which slots count; `sizes` how much a counted one weighs.)
     """
 
     client_ids: Array
@@ -43,7 +45,7 @@ class RoundInput(NamedTuple):
     local_lr: Array
     mask: Array | None = None
     step_mask: Array | None = None
-    weights: Array | None = None
+    sizes: Array | None = None
 
 
 class FedState(NamedTuple):
@@ -86,24 +88,61 @@ class Costs(NamedTuple):
     client_state: tuple[str, ...] = ()
     client_work: tuple[str, ...] = ()
 
+    def merge(self, other: "Costs") -> "Costs":
+        """Both algorithms' costs in one round (compose): each entry's names, once each."""
+        return Costs(*(a + tuple(x for x in b if x not in a) for a, b in zip(self, other)))
+
+
+class Runtime(NamedTuple):
+    """How a round runs, never what it computes (the numbers agree up to float rounding and
+    the storage dtype of the client state). Given to a builder (`runtime=`) or to
+    `algo.with_runtime(...)`.
+
+    execution: "vmap" (clients side by side), "sequential" (one after another, lax.map) or
+      "chunked" (chunk_size clients at a time); execution.py.
+    chunk_size: clients per chunk under "chunked".
+    num_devices: split the sampled clients over this many devices (shard_map); None: one.
+    client_state_dtype: storage dtype of the per-client state (w_i, c_i, h_i, ...):
+      "bfloat16" halves it; None keeps the parameters' own dtype.
+    donate_state: `apply` donates the state's buffers (jit donate_argnums): the new [C, ...]
+      client tables are written in place (about half the peak memory); the state passed in
+      must not be used after the call. The binaries donate; the default keeps it.
+    """
+
+    execution: str = "vmap"
+    chunk_size: int | None = None
+    num_devices: int | None = None
+    client_state_dtype: str | None = None
+    donate_state: bool = False
+
+
+DEFAULT_RUNTIME = Runtime()
+
 
 class FederatedAlgorithm(NamedTuple):
-    """init(params, num_clients) -> FedState; apply(state, round_input, key) -> (state, metrics).
+    """The pair (init, apply) of an algorithm, and how it runs.
 
-    apply validates its input on the host, then calls the jit-compiled round; round_fn is
-    the same round as a pure, un-jitted function to compose into a user's own jit/vmap.
-    with_runtime(execution=, chunk_size=, num_devices=, client_state_dtype=, donate_state=)
-    -> the same algorithm run another way (federated_round.py); the numbers it computes do
-    not change (up to float rounding, and the storage dtype of the client state).
-    lower(state, round_input, key) -> the jitted round lowered ahead of time (state and
-    batches may be jax.ShapeDtypeStruct): `.compile()` tells its memory per device and its
-    FLOPs before anything runs (benchmarks/plan.py; the binaries refuse a round that cannot
-    fit).
+    init(params, num_clients) -> FedState.
+    apply(state, round_input, key) -> (state, metrics): one round, pure and jit-compiled;
+      it checks nothing on the host, so it composes with a user's own jax.jit, lax.scan and
+      vmap. Host-side checks are a separate, explicit step: check_state(algo, state) once
+      after init or a restore, check_round_input(algo, state, round_input) per round
+      (federated_round.py); the binaries call both.
+    lower(state, round_input, key) -> the round lowered ahead of time (state and batches may
+      be jax.ShapeDtypeStruct): `.compile()` tells its memory per device and its FLOPs
+      before anything runs (benchmarks/plan.py; the binaries refuse a round that cannot fit).
+    runtime: the Runtime it runs under.
+    with_runtime(runtime=None, **fields) -> the same algorithm under another Runtime (a
+      Runtime, or fields of this one replaced).
+    spec: what the round computes (federated_round.RoundSpec: loss, correction, beta,
+      delta_from, optimizers, clip, weight decay).
+    What an algorithm communicates and stores is the registry's (algorithms.REGISTRY[name]
+    .costs).
     """
 
     init: Callable[..., FedState]
     apply: Callable[[FedState, RoundInput, Array], tuple[FedState, dict]]
-    round_fn: Callable[[FedState, RoundInput, Array], tuple[FedState, dict]]
-    costs: Costs
-    with_runtime: Callable[..., "FederatedAlgorithm"]
     lower: Callable[[FedState, RoundInput, Array], Any]
+    runtime: Runtime
+    with_runtime: Callable[..., "FederatedAlgorithm"]
+    spec: Any

@@ -21,6 +21,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from fedinit_jax import RoundInput  # noqa: E402
+
 jax.config.update("jax_enable_x64", False)
 jax.config.update("jax_numpy_rank_promotion", "raise")  # no silent broadcasting
 
@@ -72,6 +74,74 @@ def theta0():
 
 def params_from(theta):
     return {"w": jnp.asarray(theta[:-1], jnp.float32), "b": jnp.asarray(theta[-1], jnp.float32)}
+
+
+# ------------------------------------------------------------------ running and comparing
+
+def run(algo, theta0, rounds, seed=0):
+    state = algo.init(params_from(theta0), num_clients=NUM_CLIENTS)
+    history = []
+    for t, (ids, xs, ys, lr) in enumerate(rounds):
+        key = jax.random.fold_in(jax.random.key(seed), t)
+        state, metrics = algo.apply(state, RoundInput(ids, (xs, ys), lr), key)
+        history.append({k: float(v) for k, v in metrics.items()})
+    return state, history
+
+
+def assert_matches(state, history, ref):
+    np.testing.assert_allclose(flat(state.params), ref["w"], rtol=1e-5, atol=1e-5)
+    local = np.concatenate([np.asarray(state.client_params["w"]),
+                            np.asarray(state.client_params["b"])[:, None]], axis=1)
+    np.testing.assert_allclose(local, ref["w_local"], rtol=1e-5, atol=1e-5)
+    for got, want in zip(history, ref["history"]):
+        for name in ("train_loss", "divergence", "divergence_all"):
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5,
+                                       err_msg=name)
+
+
+# (registry name, library hyperparameters, reference keyword arguments); strengths are
+# large so that a 1% error in any correction term moves the result past the 1e-5 tolerance.
+CASES = [
+    ("fedadam", {"server_lr": 0.1}, {"server_lr": 0.1}),
+    ("fedsam", {"rho": 0.5}, {"rho": 0.5}),
+    ("scaffold", {}, {}),
+    ("feddyn", {"lam": 1.0}, {"lam": 1.0}),
+    ("fedcm", {"alpha": 0.5}, {"alpha": 0.5}),
+    ("fedprox", {"mu": 1.0}, {"mu": 1.0}),
+    ("fedspeed", {"rho": 0.5, "lam": 1.0}, {"rho": 0.5, "lam": 1.0}),
+    ("fedspeed", {"rho": 0.0, "lam": 1.0}, {"rho": 0.0, "lam": 1.0}),
+    ("fedgamma", {"rho": 0.5}, {"rho": 0.5}),
+    ("fedgamma", {"rho": 0.0}, {"rho": 0.0}),
+    ("mofedsam", {"rho": 0.5, "alpha": 0.5}, {"rho": 0.5, "alpha": 0.5}),
+    ("mofedsam", {"rho": 0.0, "alpha": 0.5}, {"rho": 0.0, "alpha": 0.5}),
+    ("fedsmoo", {"rho": 0.5, "lam": 1.0}, {"rho": 0.5, "lam": 1.0}),
+    ("fedsmoo", {"rho": 0.0, "lam": 1.0}, {"rho": 0.0, "lam": 1.0}),
+]
+
+
+# every algorithm's own state, read by field name: (server state, per-client state) parts
+STATE_PARTS = {
+    "scaffold": {"c": lambda s: s.server_state.c, "c_i": lambda s: s.client_state.c_i},
+    "fedgamma": {"c": lambda s: s.server_state.base.c, "c_i": lambda s: s.client_state.base.c_i},
+    "feddyn": {"h_i": lambda s: s.client_state.h},
+    "fedspeed": {"h_i": lambda s: s.client_state.base.h},
+    "fedcm": {"d": lambda s: s.server_state.d},
+    "mofedsam": {"d": lambda s: s.server_state.base.d},
+    "fedsmoo": {"s": lambda s: s.server_state.extra.s, "h_i": lambda s: s.client_state.base.h,
+                "mu_i": lambda s: s.client_state.extra.mu},
+}
+
+
+def assert_states_match(name, state, ref):
+    """Each state the algorithm keeps equals the numpy reference's (c, c_i, h_i, d, s, mu_i)."""
+    for key, part in STATE_PARTS.get(name, {}).items():
+        got = stacked(part(state)) if key.endswith("_i") else flat(part(state))
+        np.testing.assert_allclose(got, ref[key], atol=1e-5, rtol=1e-5, err_msg=key)
+
+
+def stacked(params):
+    """[C, d+1] rows of a stacked {'w', 'b'} pytree."""
+    return np.concatenate([np.asarray(params["w"]), np.asarray(params["b"])[:, None]], axis=1)
 
 
 # ------------------------------------------------------------------ the experiment binary

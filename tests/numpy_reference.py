@@ -23,11 +23,13 @@ def mse_loss(theta, x, y):
 
 def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global", clip=None,
              wd=None, server_lr=1.0, rho=0.0, lam=0.1, alpha=0.1, mu=0.0,
-             b1=0.9, b2=0.99, eps=0.01):
+             b1=0.9, b2=0.99, eps=0.01, client_momentum=None):
     """rounds: list of (ids, xs [N, K, B, d], ys [N, K, B], lr). Returns a dict of final state.
 
     The SAM family composes: fedspeed = SAM + FedDyn, fedgamma = SAM + SCAFFOLD,
     mofedsam = SAM + FedCM, fedsmoo = dynamic SAM (mu_i, s) + FedDyn.
+    client_momentum: heavy-ball momentum in every client's local steps, u = m u + g,
+    x -= lr u, u = 0 at the start of each client's round.
     """
     sam = alg in ("fedsam", "fedspeed", "fedgamma", "mofedsam")
     dyn = alg in ("feddyn", "fedspeed", "fedsmoo")
@@ -52,6 +54,7 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
             start = w + beta * (w - w_local[i])
             x = start.copy()
             dual = mu_i[i].copy()
+            u = np.zeros_like(x)
             for k in range(num_steps):
                 bx, by = xs[n, k].astype(np.float64), ys[n, k].astype(np.float64)
                 losses.append(mse_loss(x, bx, by))
@@ -79,6 +82,9 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
                 if clipped[-1]:
                     g = g * clip / np.linalg.norm(g)
                 g = g + ((wd or 0.0) + pull) * x
+                if client_momentum is not None:
+                    u = client_momentum * u + g
+                    g = u
                 x = x - lr * g
             progress = x - start
             ends.append(x)

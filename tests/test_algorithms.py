@@ -3,30 +3,20 @@ import jax
 import numpy as np
 import optax
 import pytest
-from conftest import NUM_CLIENTS, flat, linreg_loss, params_from
+from conftest import (
+    CASES,
+    NUM_CLIENTS,
+    assert_matches,
+    assert_states_match,
+    flat,
+    linreg_loss,
+    params_from,
+    run,
+)
 from numpy_reference import simulate
-from test_core import assert_matches, run
 
 from fedinit_jax import RoundInput, algorithms
-
-# (registry name, library hyperparameters, reference keyword arguments); strengths are
-# large so that a 1% error in any correction term moves the result past the 1e-5 tolerance.
-CASES = [
-    ("fedadam", {"server_lr": 0.1}, {"server_lr": 0.1}),
-    ("fedsam", {"rho": 0.5}, {"rho": 0.5}),
-    ("scaffold", {}, {}),
-    ("feddyn", {"lam": 1.0}, {"lam": 1.0}),
-    ("fedcm", {"alpha": 0.5}, {"alpha": 0.5}),
-    ("fedprox", {"mu": 1.0}, {"mu": 1.0}),
-    ("fedspeed", {"rho": 0.5, "lam": 1.0}, {"rho": 0.5, "lam": 1.0}),
-    ("fedspeed", {"rho": 0.0, "lam": 1.0}, {"rho": 0.0, "lam": 1.0}),
-    ("fedgamma", {"rho": 0.5}, {"rho": 0.5}),
-    ("fedgamma", {"rho": 0.0}, {"rho": 0.0}),
-    ("mofedsam", {"rho": 0.5, "alpha": 0.5}, {"rho": 0.5, "alpha": 0.5}),
-    ("mofedsam", {"rho": 0.0, "alpha": 0.5}, {"rho": 0.0, "alpha": 0.5}),
-    ("fedsmoo", {"rho": 0.5, "lam": 1.0}, {"rho": 0.5, "lam": 1.0}),
-    ("fedsmoo", {"rho": 0.0, "lam": 1.0}, {"rho": 0.0, "lam": 1.0}),
-]
+from fedinit_jax.algorithms.options import shares_fedavg_options
 
 
 @pytest.mark.parametrize("delta_from", ["global", "start"])
@@ -47,31 +37,6 @@ def test_matches_numpy_reference(linreg_rounds, theta0, name, hparams, ref_kwarg
         m, v = state.server_opt_state[0]
         np.testing.assert_allclose(flat(m), -ref["m"], atol=1e-5, rtol=1e-5)
         np.testing.assert_allclose(flat(v), ref["v"], atol=1e-6, rtol=1e-5)
-
-
-# every algorithm's own state, read by field name: (server state, per-client state) parts
-STATE_PARTS = {
-    "scaffold": {"c": lambda s: s.server_state.c, "c_i": lambda s: s.client_state.c_i},
-    "fedgamma": {"c": lambda s: s.server_state.base.c, "c_i": lambda s: s.client_state.base.c_i},
-    "feddyn": {"h_i": lambda s: s.client_state.h},
-    "fedspeed": {"h_i": lambda s: s.client_state.base.h},
-    "fedcm": {"d": lambda s: s.server_state.d},
-    "mofedsam": {"d": lambda s: s.server_state.base.d},
-    "fedsmoo": {"s": lambda s: s.server_state.extra.s, "h_i": lambda s: s.client_state.base.h,
-                "mu_i": lambda s: s.client_state.extra.mu},
-}
-
-
-def assert_states_match(name, state, ref):
-    """Each state the algorithm keeps equals the numpy reference's (c, c_i, h_i, d, s, mu_i)."""
-    for key, part in STATE_PARTS.get(name, {}).items():
-        got = stacked(part(state)) if key.endswith("_i") else flat(part(state))
-        np.testing.assert_allclose(got, ref[key], atol=1e-5, rtol=1e-5, err_msg=key)
-
-
-def stacked(params):
-    """[C, d+1] rows of a stacked {'w', 'b'} pytree."""
-    return np.concatenate([np.asarray(params["w"]), np.asarray(params["b"])[:, None]], axis=1)
 
 
 def _assert_same(a, b, atol=0.0):
@@ -100,12 +65,19 @@ def test_sam_family_with_rho_zero_reduces(linreg_rounds, theta0, name, base, hpa
     _assert_same(ref, got, atol=1e-7)
 
 
-def test_fedadam_with_sgd1_server_is_fedavg(linreg_rounds, theta0):
-    """FedAdam is FedAvg with an optax server optimizer: swapping in sgd(1) gives FedAvg."""
-    ref, _ = run(algorithms.fedavg(linreg_loss, beta=0.1), theta0, linreg_rounds)
-    got, _ = run(algorithms.fedavg(linreg_loss, beta=0.1, server_optimizer=optax.sgd(1.0)),
-                 theta0, linreg_rounds)
-    _assert_same(ref, got)
+@pytest.mark.parametrize("name", [n for n, e in algorithms.REGISTRY.items()
+                                  if "server_optimizer" in e.options])
+def test_every_server_step_takes_an_optax_server_optimizer(linreg_rounds, theta0, name):
+    """server_optimizer replaces sgd(server_lr): sgd(0.5) is server_lr=0.5 exactly, and
+    momentum (a stateful optimizer) moves w elsewhere than plain SGD."""
+    rounds = linreg_rounds[:2]
+    by_lr, _ = run(algorithms.get(name, linreg_loss, beta=0.1, server_lr=0.5), theta0, rounds)
+    by_opt, _ = run(algorithms.get(name, linreg_loss, beta=0.1,
+                                   server_optimizer=optax.sgd(0.5)), theta0, rounds)
+    _assert_same(by_lr, by_opt)
+    heavy, _ = run(algorithms.get(name, linreg_loss, beta=0.1,
+                                  server_optimizer=optax.sgd(0.5, momentum=0.9)), theta0, rounds)
+    assert np.max(np.abs(flat(heavy.params) - flat(by_lr.params))) > 1e-4
 
 
 def test_scaffold_first_round_equals_fedavg(linreg_rounds, theta0):
@@ -136,15 +108,30 @@ def test_unknown_algorithm():
         algorithms.get("fedfoo", linreg_loss)
 
 
-def test_every_registered_name_takes_beta_and_delta_from(linreg_rounds, theta0):
-    ids, xs, ys, lr = linreg_rounds[0]
-    for name in algorithms.REGISTRY:
-        algo = algorithms.get(name, linreg_loss, beta=0.1, delta_from="start")
-        state = algo.init(params_from(theta0), num_clients=NUM_CLIENTS)
-        state, _ = algo.apply(state, RoundInput(ids, (xs, ys), lr), jax.random.key(0))
-        assert float(state.beta) == pytest.approx(0.1)
+@pytest.mark.parametrize("name", list(algorithms.REGISTRY))
+def test_every_registered_algorithm_starts_clients_from_the_relaxed_initialization(name):
+    """+RI is the `beta` of every builder: a client whose last model w_i differs from w starts
+    its first local step at w + beta (w - w_i) (Algorithm 1 line 6), recorded in the loss."""
+    starts = []
+
+    def recording_loss(params, batch, key):
+        jax.debug.callback(lambda w: starts.append(np.asarray(w)), params["w"])
+        return linreg_loss(params, batch, key)
+
+    algo = algorithms.get(name, recording_loss, beta=0.3, weight_decay=None, clip_norm=None)
+    w = np.array([0.3, -0.2, 0.1, 0.05])
+    state = algo.init(params_from(w), num_clients=NUM_CLIENTS)
+    w_i = np.random.default_rng(1).normal(size=(NUM_CLIENTS, w.size)).astype(np.float32)
+    state = state._replace(client_params={"w": jax.numpy.asarray(w_i[:, :-1]),
+                                          "b": jax.numpy.asarray(w_i[:, -1])})
+    x = np.ones((1, 1, 2, 3), np.float32)  # one client (id 2), one step: one first call
+    state, _ = algo.apply(state, RoundInput(np.array([2]), (x, np.zeros((1, 1, 2), np.float32)),
+                                            0.1), jax.random.key(0))
+    want = w + 0.3 * (w - w_i[2])
+    np.testing.assert_allclose(np.ravel(starts[0]), want[:-1], rtol=1e-6)
 
 
+@shares_fedavg_options(algorithms.fedavg, server_optimizer=False)
 def fedavgm(loss_fn, *, server_lr: float = 1.0, momentum: float = 0.9, **options):
     """docs/algorithms.md's worked example, verbatim: FedAvg with server momentum."""
     import optax

@@ -3,31 +3,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import NUM_CLIENTS, counting, flat, linreg_loss, params_from
+from conftest import (
+    NUM_CLIENTS,
+    assert_matches,
+    counting,
+    flat,
+    linreg_loss,
+    params_from,
+    run,
+)
 from numpy_reference import simulate
 
-from fedinit_jax import RoundInput, algorithms
-
-
-def run(algo, theta0, rounds, seed=0):
-    state = algo.init(params_from(theta0), num_clients=NUM_CLIENTS)
-    history = []
-    for t, (ids, xs, ys, lr) in enumerate(rounds):
-        key = jax.random.fold_in(jax.random.key(seed), t)
-        state, metrics = algo.apply(state, RoundInput(ids, (xs, ys), lr), key)
-        history.append({k: float(v) for k, v in metrics.items()})
-    return state, history
-
-
-def assert_matches(state, history, ref):
-    np.testing.assert_allclose(flat(state.params), ref["w"], rtol=1e-5, atol=1e-5)
-    local = np.concatenate([np.asarray(state.client_params["w"]),
-                            np.asarray(state.client_params["b"])[:, None]], axis=1)
-    np.testing.assert_allclose(local, ref["w_local"], rtol=1e-5, atol=1e-5)
-    for got, want in zip(history, ref["history"]):
-        for name in ("train_loss", "divergence", "divergence_all"):
-            np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5,
-                                       err_msg=name)
+from fedinit_jax import RoundInput, Runtime, algorithms, check_round_input
 
 
 @pytest.mark.parametrize("delta_from", ["global", "start"])
@@ -124,7 +111,7 @@ def test_uneven_split_over_devices_is_refused(linreg_rounds, theta0):
     state = algo.init(params_from(theta0), num_clients=NUM_CLIENTS)
     ids, xs, ys, lr = linreg_rounds[0]  # 3 clients
     with pytest.raises(ValueError, match="split evenly"):
-        algo.apply(state, RoundInput(ids, (xs, ys), lr), jax.random.key(0))
+        check_round_input(algo, state, RoundInput(ids, (xs, ys), lr))
     with pytest.raises(ValueError, match="num_devices"):
         algorithms.fedinit(linreg_loss).with_runtime(num_devices=64)
 
@@ -141,24 +128,6 @@ def test_one_trace_for_three_rounds_and_stable_state(linreg_rounds, theta0):
         counts.append(len(traces))
         assert jax.tree.map(lambda x: (x.shape, x.dtype), state) == spec
     assert counts[0] > 0 and counts[0] == counts[1] == counts[2]  # traced once, in round 1
-
-
-def test_same_seed_bit_identical(linreg_rounds, theta0):
-    a, ha = run(algorithms.fedinit(linreg_loss), theta0, linreg_rounds, seed=3)
-    b, hb = run(algorithms.fedinit(linreg_loss), theta0, linreg_rounds, seed=3)
-    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-    assert ha == hb
-
-
-def test_round_fn_is_pure_and_jittable(linreg_rounds, theta0):
-    algo = algorithms.fedinit(linreg_loss)
-    state = algo.init(params_from(theta0), num_clients=NUM_CLIENTS)
-    ids, xs, ys, lr = linreg_rounds[0]
-    inp = RoundInput(jnp.asarray(ids), (xs, ys), jnp.float32(lr))
-    a, _ = jax.jit(algo.round_fn)(state, inp, jax.random.key(0))
-    b, _ = algo.apply(state, inp, jax.random.key(0))
-    np.testing.assert_array_equal(np.asarray(a.params["w"]), np.asarray(b.params["w"]))
 
 
 # ---------------------------------------------------------------- bad input
@@ -187,11 +156,15 @@ def test_bad_builder_arguments(kwargs, field):
     ({"execution": "chunked", "chunk_size": 0}, "chunk_size"),
     ({"client_state_dtype": "int8"}, "client_state_dtype"),
     ({"devices": 2}, "devices"),
+    ({"num_devices": 64}, "num_devices"),
 ])
 def test_bad_runtime_options(runtime, field):
     with pytest.raises(ValueError, match=field):
         algorithms.fedinit(linreg_loss).with_runtime(**runtime)
-    with pytest.raises(TypeError):  # runtime is not a builder argument any more
+    if "devices" not in runtime:  # a Runtime has no such field
+        with pytest.raises(ValueError, match=field):  # the same check, given to the builder
+            algorithms.fedinit(linreg_loss, runtime=Runtime(**runtime))
+    with pytest.raises(ValueError, match="fedinit takes no option"):  # not a builder option
         algorithms.fedinit(linreg_loss, **runtime)
 
 
@@ -212,7 +185,7 @@ def test_bad_round_input(theta0, inp, field):
     algo = algorithms.fedinit(counting_loss)
     state = algo.init(params_from(theta0), num_clients=6)
     with pytest.raises(ValueError, match=field):
-        algo.apply(state, inp, jax.random.key(0))
+        check_round_input(algo, state, inp)
     assert not traces  # rejected before anything was traced or compiled
 
 
@@ -275,15 +248,15 @@ def test_bad_round_inputs_are_named(linreg_rounds, theta0, change, says):
     state = algo.init(params_from(theta0), num_clients=NUM_CLIENTS)
     ids, xs, ys, lr = linreg_rounds[0]
     with pytest.raises(ValueError, match=says):
-        algo.apply(state, change(RoundInput(ids, (xs, ys), lr)), jax.random.key(0))
+        check_round_input(algo, state, change(RoundInput(ids, (xs, ys), lr)))
 
 
 def test_state_of_another_algorithm_and_integer_params(linreg_rounds, theta0):
     ids, xs, ys, lr = linreg_rounds[0]
     scaffold_state = algorithms.scaffold(linreg_loss).init(params_from(theta0), NUM_CLIENTS)
     with pytest.raises(ValueError, match="state.server_state does not match this algorithm"):
-        algorithms.fedcm(linreg_loss).apply(scaffold_state, RoundInput(ids, (xs, ys), lr),
-                                            jax.random.key(0))
+        check_round_input(algorithms.fedcm(linreg_loss), scaffold_state,
+                          RoundInput(ids, (xs, ys), lr))
     with pytest.raises(ValueError, match="every leaf must be a float"):
         algorithms.fedavg(linreg_loss).init({"w": np.zeros(3, np.int32)}, num_clients=2)
 

@@ -13,7 +13,7 @@ import optax
 import pytest
 from conftest import NUM_CLIENTS, QUIET, ROOT, linreg_loss, params_from, quiet_config, train
 
-from fedinit_jax import RoundInput, algorithms, experiment
+from fedinit_jax import RoundInput, algorithms, check_round_input, check_state, experiment
 from fedinit_jax.data import participation, shakespeare
 
 
@@ -84,11 +84,12 @@ def test_a_nan_in_a_bfloat16_host_batch_is_caught():
     x[1, 0, 0, 0] = np.nan
     y = np.ones((2, 2, 4), np.float32)
     with pytest.raises(ValueError, match="NaN or inf"):
-        algo.apply(state, RoundInput(np.array([0, 1]), (x, y), 0.1), None)
+        check_round_input(algo, state, RoundInput(np.array([0, 1]), (x, y), 0.1))
 
 
 @pytest.mark.parametrize("name, options, says", [
-    ("fedinit", {"betta": 0.1}, "fedinit takes no option betta; its options: beta, clip_norm"),
+    ("fedinit", {"betta": 0.1},
+     "fedinit takes no option betta; its options: beta, client_optimizer, clip_norm"),
     ("fedadam", {"server_optimizer": optax.sgd(1.0)}, "fedadam takes no option server_optimizer"),
     ("feddyn", {"server_optimizer": optax.adam(0.5)}, "feddyn takes no option server_optimizer"),
     ("feddyn", {"server_lr": 0.5}, "feddyn takes no option server_lr"),
@@ -96,6 +97,8 @@ def test_a_nan_in_a_bfloat16_host_batch_is_caught():
 def test_an_option_an_algorithm_does_not_take_is_refused_by_name(name, options, says):
     with pytest.raises(ValueError, match=says):
         algorithms.get(name, linreg_loss, **options)
+    with pytest.raises(ValueError, match=says):  # the builder itself, called directly
+        algorithms.REGISTRY[name].builder(linreg_loss, **options)
     algorithms.get("fedavg", linreg_loss, server_optimizer=optax.adam(0.5))  # it has a step
 
 
@@ -121,15 +124,13 @@ def test_plays_that_hold_no_client_are_named_with_their_cause(tmp_path):
 
 def test_a_state_of_another_beta_is_refused():
     params = params_from(np.array([0.3, -0.2, 0.1, 0.05]))
-    inp = RoundInput(np.array([0, 1]), (np.ones((2, 2, 4, 3), np.float32),
-                                        np.ones((2, 2, 4), np.float32)), 0.1)
     fedavg_state = algorithms.fedavg(linreg_loss).init(params, NUM_CLIENTS)
     with pytest.raises(ValueError, match="state.beta=0 but this algorithm was built with "
                                          "beta=0.1"):
-        algorithms.fedinit(linreg_loss, beta=0.1).apply(fedavg_state, inp, None)
+        check_state(algorithms.fedinit(linreg_loss, beta=0.1), fedavg_state)
     state = algorithms.fedinit(linreg_loss, beta=0.1).init(params, NUM_CLIENTS)
     with pytest.raises(ValueError, match="state.beta=0.1 but .* beta=0.5"):
-        algorithms.fedinit(linreg_loss, beta=0.5).apply(state, inp, None)
+        check_state(algorithms.fedinit(linreg_loss, beta=0.5), state)
 
 
 def test_a_compiled_round_that_cannot_fit_its_devices_is_refused(tmp_path, monkeypatch):

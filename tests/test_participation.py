@@ -4,12 +4,19 @@ import math
 import jax
 import numpy as np
 import pytest
-from conftest import DIM, NUM_CLIENTS, QUIET, linreg_loss, params_from
+from conftest import (
+    CASES,
+    DIM,
+    NUM_CLIENTS,
+    QUIET,
+    assert_matches,
+    assert_states_match,
+    linreg_loss,
+    params_from,
+)
 from numpy_reference import simulate
-from test_algorithms import CASES, assert_states_match
-from test_core import assert_matches
 
-from fedinit_jax import RoundInput, algorithms, data
+from fedinit_jax import RoundInput, algorithms, check_round_input, data
 
 SLOTS = 5  # the static client axis; every round below samples fewer
 ROUND_IDS = ([3], [0, 1, 2, 4], [1, 3], [0, 1, 2, 3])  # |S| = 1, 4, 2, 4 of C = 5
@@ -89,13 +96,12 @@ def test_mask_checks(varying_rounds, theta0):
     algo = algorithms.fedavg(linreg_loss)
     state = algo.init(params_from(theta0), num_clients=NUM_CLIENTS)
     inp = padded(varying_rounds)[1]
-    key = jax.random.key(0)
     with pytest.raises(ValueError, match="every slot as padding"):
-        algo.apply(state, inp._replace(mask=np.zeros(SLOTS, bool)), key)
+        check_round_input(algo, state, inp._replace(mask=np.zeros(SLOTS, bool)))
     with pytest.raises(ValueError, match="mask must be a bool"):
-        algo.apply(state, inp._replace(mask=np.ones(SLOTS, np.int32)), key)
+        check_round_input(algo, state, inp._replace(mask=np.ones(SLOTS, np.int32)))
     with pytest.raises(ValueError, match="duplicates"):  # padded duplicates are fine; real not
-        algo.apply(state, inp._replace(mask=np.ones(SLOTS, bool)), key)
+        check_round_input(algo, state, inp._replace(mask=np.ones(SLOTS, bool)))
 
 
 def test_bernoulli_sampling_and_bound():

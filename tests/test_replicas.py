@@ -2,8 +2,7 @@
 import jax
 import numpy as np
 import pytest
-from conftest import NUM_CLIENTS, linreg_loss, params_from
-from test_core import run
+from conftest import NUM_CLIENTS, linreg_loss, params_from, run
 
 from fedinit_jax import RoundInput, algorithms, replicas
 

@@ -16,7 +16,7 @@ from conftest import (
     write_plays,
 )
 
-from fedinit_jax import RoundInput, algorithms, models, simulation
+from fedinit_jax import RoundInput, algorithms, check_round_input, models, simulation
 from fedinit_jax.data import shakespeare as sh
 
 
@@ -116,7 +116,7 @@ def test_size_weighted_server_mean_is_fedavgs_n_i_over_n(linreg_rounds, theta0):
     sizes = np.array([1.0, 5.0, 2.0], np.float32)
     algo = algorithms.fedavg(linreg_loss)
     state = algo.init(params_from(theta0), num_clients=NUM_CLIENTS)
-    weighted, _ = algo.apply(state, RoundInput(ids, (xs, ys), lr, weights=sizes),
+    weighted, _ = algo.apply(state, RoundInput(ids, (xs, ys), lr, sizes=sizes),
                              jax.random.key(0))
     deltas = []
     for i in range(len(ids)):
@@ -125,11 +125,11 @@ def test_size_weighted_server_mean_is_fedavgs_n_i_over_n(linreg_rounds, theta0):
         deltas.append(flat(alone.params) - theta0)
     want = theta0 + np.sum(sizes[:, None] * np.array(deltas), 0) / sizes.sum()
     np.testing.assert_allclose(flat(weighted.params), want, rtol=1e-5, atol=1e-6)
-    with pytest.raises(ValueError, match="weights"):
-        algo.apply(state, RoundInput(ids, (xs, ys), lr, weights=-sizes), jax.random.key(0))
+    with pytest.raises(ValueError, match="sizes"):
+        check_round_input(algo, state, RoundInput(ids, (xs, ys), lr, sizes=-sizes))
     with pytest.raises(ValueError, match="step_mask"):
-        algo.apply(state, RoundInput(ids, (xs, ys), lr,
-                                     step_mask=np.zeros(xs.shape[:2], bool)), jax.random.key(0))
+        check_round_input(algo, state, RoundInput(ids, (xs, ys), lr,
+                                                  step_mask=np.zeros(xs.shape[:2], bool)))
 
 
 def test_lstm_parameter_count_and_padding_free_loss():

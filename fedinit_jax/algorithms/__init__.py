@@ -1,16 +1,28 @@
-"""Every algorithm of the FedInit paper as a builder `name(loss_fn, **hparams)`.
+"""Every algorithm of the FedInit paper as a builder `name(loss_fn, *, hyperparameters,
+shared options)`.
 
-Each builder returns a FederatedAlgorithm(init, apply, round_fn, costs) and takes `beta`
-(relaxed initialization, "+RI") and `delta_from` like FedAvg/FedInit. REGISTRY maps the
-names to builders, table names and the paper's local-lr decay; everything else (the config's
-hyperparameter fields, their defaults, display names, the report's order, the tests'
-parametrisation) is derived from it. A new method is one module here plus one REGISTRY line
-(docs/algorithms.md, "Adding an algorithm").
+Each builder returns a FederatedAlgorithm (init, apply) and takes, besides its own
+hyperparameters, FedAvg's options: `beta` (relaxed initialization, "+RI"), `delta_from`,
+`weight_decay`, `clip_norm`, `client_optimizer`, `server_lr` / `server_optimizer` where the
+server takes a step, and `runtime`; `help(builder)` lists them with their defaults
+(options.py). REGISTRY maps the names to builders, table names, the paper's local-lr decay,
+references and costs; everything else (the config's hyperparameter fields, their defaults,
+display names, the report's order, the tests' parametrisation) is derived from it. A new
+method is one module here plus one REGISTRY line (docs/algorithms.md, "Adding an algorithm").
 """
 import inspect
 from collections.abc import Callable
 from typing import NamedTuple
 
+from fedinit_jax.algorithms import fedadam as _fedadam
+from fedinit_jax.algorithms import fedcm as _fedcm
+from fedinit_jax.algorithms import feddyn as _feddyn
+from fedinit_jax.algorithms import fedgamma as _fedgamma
+from fedinit_jax.algorithms import fedsam as _fedsam
+from fedinit_jax.algorithms import fedsmoo as _fedsmoo
+from fedinit_jax.algorithms import fedspeed as _fedspeed
+from fedinit_jax.algorithms import mofedsam as _mofedsam
+from fedinit_jax.algorithms import scaffold as _scaffold
 from fedinit_jax.algorithms.fedadam import fedadam
 from fedinit_jax.algorithms.fedavg import fedavg, fedinit
 from fedinit_jax.algorithms.fedcm import fedcm
@@ -21,78 +33,81 @@ from fedinit_jax.algorithms.fedsam import fedsam
 from fedinit_jax.algorithms.fedsmoo import fedsmoo
 from fedinit_jax.algorithms.fedspeed import fedspeed
 from fedinit_jax.algorithms.mofedsam import mofedsam
+from fedinit_jax.algorithms.options import check_options
 from fedinit_jax.algorithms.scaffold import scaffold
-
-# FedAvg's arguments that are not hyperparameters of a method: how the round is assembled
-# (correction, costs, server_optimizer) and the options every method shares, which are
-# config fields of their own
-_NOT_HPARAMS = ("loss_fn", "correction", "costs", "server_optimizer", "delta_from",
-                "weight_decay", "clip_norm")
-
-
-def hyperparameters(builder) -> dict:
-    """The documented hyperparameters of a builder and their defaults: its own keyword
-    arguments and FedAvg's (beta, server_lr), the builder's defaults winning."""
-    shared = [fedavg] if builder is not fedavg else []
-    found = {}
-    for fn in [*shared, builder]:
-        for name, p in inspect.signature(fn).parameters.items():
-            if (p.kind is p.KEYWORD_ONLY and name not in _NOT_HPARAMS
-                    and isinstance(p.default, (int, float))):
-                found[name] = p.default
-    return found
-
+from fedinit_jax.types import Costs
 
 # options every algorithm takes besides its hyperparameters (config fields of their own)
 SHARED_OPTIONS = ("delta_from", "weight_decay", "clip_norm")
+# keyword arguments that are objects, not numbers: no config field, no hyperparameter
+_OBJECTS = ("server_optimizer", "client_optimizer", "runtime", "correction")
+
+
+def hyperparameters(builder) -> dict:
+    """The numeric hyperparameters of a builder (or a registered name) and their defaults:
+    its own keyword arguments and FedAvg's it shares (beta, server_lr), the builder's
+    defaults winning; the shared options (delta_from, weight decay, clip) left out."""
+    if isinstance(builder, str):
+        builder = get_entry(builder).builder
+    params = inspect.signature(builder).parameters
+    shared = [name for name in inspect.signature(fedavg).parameters if name in params]
+    return {name: params[name].default for name in dict.fromkeys([*shared, *params])
+            if params[name].kind is params[name].KEYWORD_ONLY
+            and name not in (*SHARED_OPTIONS, *_OBJECTS)
+            and isinstance(params[name].default, (int, float))}
 
 
 class Entry(NamedTuple):
     """A registered algorithm: its builder, its name in tables, the paper's per-round
-    local-lr decay, and its reference. Its hyperparameters come from the builder.
-
-    server_step: False when the server replaces w instead of stepping along the mean update
-    (the FedDyn family), so server_lr and server_optimizer mean nothing there.
-    server_optimizer: whether a user's optax server optimizer may replace sgd(server_lr)
-    (not for FedAdam, whose server optimizer is its definition)."""
+    local-lr decay, its reference, and what it communicates and stores (Costs). Its
+    hyperparameters and options come from the builder's signature."""
 
     builder: Callable
     display: str
     local_lr_decay: float
     reference: str
-    server_step: bool = True
-    server_optimizer: bool = True
+    costs: Costs = Costs()
 
     @property
     def defaults(self) -> dict:
-        found = hyperparameters(self.builder)
-        if not self.server_step:
-            found.pop("server_lr", None)
-        return found
+        return hyperparameters(self.builder)
 
     @property
     def options(self) -> tuple:
-        """Every keyword `get` takes for this algorithm."""
-        extra = ("server_optimizer",) if self.server_step and self.server_optimizer else ()
-        return tuple(sorted((*self.defaults, *SHARED_OPTIONS, *extra)))
+        """Every keyword `get` takes for this algorithm (its signature's)."""
+        return tuple(sorted(name for name in inspect.signature(self.builder).parameters
+                            if name != "loss_fn"))
+
+    @property
+    def server_step(self) -> bool:
+        """False when the server replaces w instead of stepping along the mean update (the
+        FedDyn family): server_lr and server_optimizer are no options there."""
+        return "server_lr" in self.options
 
 
 # one line per algorithm; the order is the order of the report's tables
 REGISTRY = {
     "fedavg": Entry(fedavg, "FedAvg", 0.998, "McMahan et al. 2017"),
-    "fedadam": Entry(fedadam, "FedAdam", 0.998, "Reddi et al. 2021", server_optimizer=False),
-    "fedsam": Entry(fedsam, "FedSAM", 0.998, "Qu et al. 2022"),
-    "scaffold": Entry(scaffold, "SCAFFOLD", 0.998, "Karimireddy et al. 2020"),
-    "feddyn": Entry(feddyn, "FedDyn", 0.9995, "Acar et al. 2021", server_step=False),
-    "fedcm": Entry(fedcm, "FedCM", 0.998, "Xu et al. 2021"),
+    "fedadam": Entry(fedadam, "FedAdam", 0.998, "Reddi et al. 2021", _fedadam.COSTS),
+    "fedsam": Entry(fedsam, "FedSAM", 0.998, "Qu et al. 2022", _fedsam.COSTS),
+    "scaffold": Entry(scaffold, "SCAFFOLD", 0.998, "Karimireddy et al. 2020", _scaffold.COSTS),
+    "feddyn": Entry(feddyn, "FedDyn", 0.9995, "Acar et al. 2021", _feddyn.COSTS),
+    "fedcm": Entry(fedcm, "FedCM", 0.998, "Xu et al. 2021", _fedcm.COSTS),
     "fedprox": Entry(fedprox, "FedProx", 0.998, "Li et al. 2020"),
     "fedspeed": Entry(fedspeed, "FedSpeed", 0.998, "Sun et al. 2023 (FedSpeed)",
-                      server_step=False),
-    "fedsmoo": Entry(fedsmoo, "FedSMOO", 0.998, "Sun et al. 2023 (FedSMOO)", server_step=False),
-    "fedgamma": Entry(fedgamma, "FedGamma", 0.998, "Dai et al. 2023"),
-    "mofedsam": Entry(mofedsam, "MoFedSAM", 0.998, "Qu et al. 2022"),
+                      _fedspeed.COSTS),
+    "fedsmoo": Entry(fedsmoo, "FedSMOO", 0.998, "Sun et al. 2023 (FedSMOO)", _fedsmoo.COSTS),
+    "fedgamma": Entry(fedgamma, "FedGamma", 0.998, "Dai et al. 2023", _fedgamma.COSTS),
+    "mofedsam": Entry(mofedsam, "MoFedSAM", 0.998, "Qu et al. 2022", _mofedsam.COSTS),
     "fedinit": Entry(fedinit, "FedInit", 0.998, "FedInit paper, Algorithm 1"),
 }
+
+
+def get_entry(name: str) -> Entry:
+    """REGISTRY[name], or ValueError naming the registered algorithms."""
+    if name not in REGISTRY:
+        raise ValueError(f"algorithm={name!r} is unknown; registered: {', '.join(REGISTRY)}")
+    return REGISTRY[name]
 
 
 def hparam_names() -> tuple:
@@ -100,20 +115,15 @@ def hparam_names() -> tuple:
     return tuple(dict.fromkeys(h for entry in REGISTRY.values() for h in entry.defaults))
 
 
-def get(name: str, loss_fn, **hparams):
-    """Build the registered algorithm `name`; hparams override the builder's defaults. An
+def get(name: str, loss_fn, **options):
+    """Build the registered algorithm `name`; options override the builder's defaults. An
     option the algorithm does not take (misspelled, or meaningless for it, e.g. a server
     optimizer for FedDyn) is refused by name with the options it takes."""
-    if name not in REGISTRY:
-        raise ValueError(f"algorithm={name!r} is unknown; registered: {', '.join(REGISTRY)}")
-    entry = REGISTRY[name]
-    unknown = sorted(set(hparams) - set(entry.options))
-    if unknown:
-        raise ValueError(f"{', '.join(unknown)}={hparams[unknown[0]]!r}: {name} takes no option "
-                         f"{', '.join(unknown)}; its options: {', '.join(entry.options)}")
-    return entry.builder(loss_fn, **hparams)
+    entry = get_entry(name)
+    check_options(name, options, entry.options)
+    return entry.builder(loss_fn, **options)
 
 
-__all__ = ["REGISTRY", "Entry", "get", "hparam_names", "hyperparameters", "fedavg", "fedinit",
-           "fedadam", "fedsam", "scaffold", "feddyn", "fedcm", "fedprox", "fedspeed", "fedsmoo",
-           "fedgamma", "mofedsam"]
+__all__ = ["REGISTRY", "Entry", "get", "get_entry", "hparam_names", "hyperparameters",
+           "SHARED_OPTIONS", "fedavg", "fedinit", "fedadam", "fedsam", "scaffold", "feddyn",
+           "fedcm", "fedprox", "fedspeed", "fedsmoo", "fedgamma", "mofedsam"]

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import optax
 
 from fedinit_jax.algorithms.fedavg import fedavg
+from fedinit_jax.algorithms.options import shares_fedavg_options
 from fedinit_jax.checks import check_number
 from fedinit_jax.types import Costs
 
@@ -39,6 +40,7 @@ def scale_by_adam_no_bias_correction(b1=0.9, b2=0.99, eps=0.01) -> optax.Gradien
     return optax.GradientTransformation(init, update)
 
 
+@shares_fedavg_options(fedavg, server_optimizer=False)
 def fedadam(loss_fn, *, server_lr: float = 0.1, b1: float = 0.9, b2: float = 0.99,
             eps: float = 0.01, **options):
     """FedAvg with the server optimizer chain(adam-without-bias-correction, scale(-eta_g))."""
@@ -48,5 +50,7 @@ def fedadam(loss_fn, *, server_lr: float = 0.1, b1: float = 0.9, b2: float = 0.9
     check_number("eps", eps, 0.0, low_open=True)
     server_optimizer = optax.chain(scale_by_adam_no_bias_correction(b1, b2, eps),
                                    optax.scale(-server_lr))
-    return fedavg(loss_fn, server_optimizer=server_optimizer,
-                  costs=Costs(server_state=("m", "v")), **options)
+    return fedavg(loss_fn, server_optimizer=server_optimizer, **options)
+
+
+COSTS = Costs(server_state=("m", "v"))

@@ -10,29 +10,42 @@ Every other baseline is this builder with a Correction or a server optimizer plu
 """
 import optax
 
+from fedinit_jax.algorithms.options import shares_fedavg_options
 from fedinit_jax.checks import check_number
 from fedinit_jax.correction import NONE
 from fedinit_jax.federated_round import build_algorithm
+from fedinit_jax.types import DEFAULT_RUNTIME, Runtime
 
 
-def fedavg(loss_fn, *, server_lr: float = 1.0, server_optimizer=None, beta: float = 0.0,
-           delta_from: str = "global", weight_decay=1e-3, clip_norm=10.0, correction=NONE,
-           costs=None):
-    """FedAvg (+RI when beta != 0); paper defaults: wd 1e-3, clip 10, eta_g 1.
+def fedavg(loss_fn, *, server_lr: float = 1.0, server_optimizer=None, client_optimizer=None,
+           beta: float = 0.0, delta_from: str = "global", weight_decay: float | None = 1e-3,
+           clip_norm: float | None = 10.0, runtime: Runtime = DEFAULT_RUNTIME, correction=NONE):
+    """FedAvg (+RI when beta != 0) for `loss_fn(params, batch, key) -> scalar mean loss`.
 
-    server_optimizer, if given, replaces sgd(server_lr) on the pseudo-gradient -mean delta.
-    How the round runs (execution, devices, client-state dtype, donation) is chosen on the
-    result: `fedavg(...).with_runtime(execution="sequential")`.
+    Defaults are the paper's (Section 5): eta_g = 1, weight decay 1e-3 and clipping at
+    global norm 10 (the authors' code clips every local gradient); pass weight_decay=None,
+    clip_norm=None for a plain loss.
+    server_optimizer: an optax transformation that replaces sgd(server_lr) on the
+      pseudo-gradient -mean_S(delta_i) (e.g. optax.adam(1e-2): FedAdam with bias correction).
+    client_optimizer: an optax transformation applied after clipping and weight decay, whose
+      updates each local step scales by -eta_l (default: none, the paper's SGD; e.g.
+      optax.trace(0.9) for local momentum). Its state starts fresh each round (local.py).
+    beta: relaxed initialization w_i0 = w + beta (w - w_i); delta_from: "global" (the paper,
+      delta_i = w_iK - w) or "start" (the authors' code, delta_i = w_iK - w_i0).
+    runtime: how the round runs (fedinit_jax.Runtime), never what it computes; or later
+      with `algo.with_runtime(execution="sequential")`.
+    correction: the plug-in the other builders are made of (not an option of theirs).
     """
     if server_optimizer is None:
         check_number("server_lr", server_lr, 0.0, low_open=True)
         server_optimizer = optax.sgd(server_lr)
     return build_algorithm(
         loss_fn, correction=correction, beta=beta, delta_from=delta_from,
-        server_optimizer=server_optimizer, clip_norm=clip_norm, weight_decay=weight_decay,
-        costs=costs)
+        server_optimizer=server_optimizer, client_optimizer=client_optimizer,
+        clip_norm=clip_norm, weight_decay=weight_decay, runtime=runtime)
 
 
+@shares_fedavg_options(fedavg)
 def fedinit(loss_fn, *, beta: float = 0.1, **options):
     """FedInit: FedAvg with relaxed initialization w_i0 = w + beta (w - w_i), beta = 0.1."""
     return fedavg(loss_fn, beta=beta, **options)

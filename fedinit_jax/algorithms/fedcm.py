@@ -16,6 +16,7 @@ import jax
 import optax
 
 from fedinit_jax.algorithms.fedavg import fedavg
+from fedinit_jax.algorithms.options import shares_fedavg_options
 from fedinit_jax.checks import check_number
 from fedinit_jax.correction import ClientCorrection, Correction, ServerCorrection
 from fedinit_jax.types import Costs, Params
@@ -30,6 +31,9 @@ def _server_update(_state, inputs):
             inputs.w_candidate)
 
 
+COSTS = Costs(down=("w", "d"), server_state=("d",), client_work=("d",))
+
+
 def correction(alpha: float) -> Correction:
     """FedCM's momentum mixing of the local gradient with the server direction d."""
 
@@ -40,9 +44,10 @@ def correction(alpha: float) -> Correction:
         client=ClientCorrection(gradient=gradient),
         server=ServerCorrection(init=lambda w: FedCMState(optax.tree.zeros_like(w)),
                                 update=_server_update),
-        costs=Costs(down=("w", "d"), server_state=("d",), client_work=("d",)))
+        costs=COSTS)
 
 
+@shares_fedavg_options(fedavg)
 def fedcm(loss_fn, *, alpha: float = 0.1, **options):
     """FedCM with momentum weight alpha in [0, 1]."""
     check_number("alpha", alpha, 0.0, 1.0)

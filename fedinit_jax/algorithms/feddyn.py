@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import optax
 
 from fedinit_jax.algorithms.fedavg import fedavg
+from fedinit_jax.algorithms.options import shares_fedavg_options
 from fedinit_jax.checks import check_number
 from fedinit_jax.correction import ClientCorrection, Correction, ServerCorrection
 from fedinit_jax.types import Costs, Params
@@ -38,6 +39,9 @@ def _server_update(state, inputs):
                                inputs.all_clients.h)
 
 
+COSTS = Costs(server_state=("mean_h",), client_state=("h_i",))
+
+
 def correction(lam: float) -> Correction:
     """FedDyn's dual correction with coefficient lam (lam * w_k joins the weight decay)."""
 
@@ -49,9 +53,10 @@ def correction(lam: float) -> Correction:
         client=ClientCorrection(init=lambda w: FedDynClientState(optax.tree.zeros_like(w)),
                                 gradient=gradient, finalize=_finalize, decay=lam),
         server=ServerCorrection(update=_server_update),
-        costs=Costs(server_state=("mean_h",), client_state=("h_i",)))
+        costs=COSTS)
 
 
+@shares_fedavg_options(fedavg, server_step=False)
 def feddyn(loss_fn, *, lam: float = 0.1, **options):
     """FedDyn with dual coefficient lam; the server model is mean_S(w_iK) + mean_C(h_i)."""
     check_number("lam", lam, 0.0)

@@ -11,6 +11,7 @@ FedAvg. With RI the proximal centre is w_i0.
 import jax
 
 from fedinit_jax.algorithms.fedavg import fedavg
+from fedinit_jax.algorithms.options import shares_fedavg_options
 from fedinit_jax.checks import check_number
 from fedinit_jax.correction import ClientCorrection, Correction
 
@@ -24,6 +25,7 @@ def correction(mu: float) -> Correction:
     return Correction(client=ClientCorrection(gradient=gradient, decay=mu))
 
 
+@shares_fedavg_options(fedavg)
 def fedprox(loss_fn, *, mu: float = 0.01, **options):
     """FedProx with proximal coefficient mu >= 0."""
     check_number("mu", mu, 0.0)

@@ -9,17 +9,21 @@ import functools
 
 from fedinit_jax import local
 from fedinit_jax.algorithms.fedavg import fedavg
+from fedinit_jax.algorithms.options import shares_fedavg_options
 from fedinit_jax.checks import check_number
 from fedinit_jax.correction import Correction
 from fedinit_jax.types import Costs
+
+COSTS = Costs(client_work=("e",))
 
 
 def correction(rho: float) -> Correction:
     """The SAM gradient of radius rho; a client holds one more buffer, the perturbation e."""
     return Correction(local_gradient=functools.partial(local.sam_gradient, rho=rho),
-                      costs=Costs(client_work=("e",)))
+                      costs=COSTS)
 
 
+@shares_fedavg_options(fedavg)
 def fedsam(loss_fn, *, rho: float = 0.1, **options):
     """FedAvg with the SAM gradient of radius rho (two gradients per local step)."""
     check_number("rho", rho, 0.0)

@@ -20,7 +20,9 @@ import optax
 
 from fedinit_jax import local
 from fedinit_jax.algorithms.fedavg import fedavg
+from fedinit_jax.algorithms.feddyn import COSTS as FEDDYN_COSTS
 from fedinit_jax.algorithms.feddyn import correction as feddyn_correction
+from fedinit_jax.algorithms.options import shares_fedavg_options
 from fedinit_jax.checks import check_number
 from fedinit_jax.correction import ClientCorrection, Correction, ServerCorrection, compose
 from fedinit_jax.tree import client_mean
@@ -54,11 +56,15 @@ def smoo_gradient(loss_fn, rho) -> local.Gradient:
     return local.Gradient(init, apply)
 
 
+SMOO_COSTS = Costs(down=("w", "s"), up=("delta", "mu_i"), server_state=("s",),
+                   client_state=("mu_i",), client_work=("e",))
+
+
 def correction(rho: float) -> Correction:
     """The SMOO part alone: its gradient rule, mu_i stored after training, the server's s."""
 
     def server_update(_state, inputs):
-        mean_mu = client_mean(inputs.new_clients.mu, inputs.weights)
+        mean_mu = client_mean(inputs.new_clients.mu, inputs.mask)
         scale = rho / (optax.tree.norm(mean_mu) + 1e-7)
         return SmooState(jax.tree.map(lambda m: scale * m, mean_mu)), inputs.w_candidate
 
@@ -68,13 +74,16 @@ def correction(rho: float) -> Correction:
         server=ServerCorrection(init=lambda w: SmooState(optax.tree.zeros_like(w)),
                                 update=server_update),
         local_gradient=lambda loss_fn: smoo_gradient(loss_fn, rho),
-        costs=Costs(down=("w", "s"), up=("delta", "mu_i"), server_state=("s",),
-                    client_state=("mu_i",), client_work=("e",)))
+        costs=SMOO_COSTS)
 
 
+@shares_fedavg_options(fedavg, server_step=False)
 def fedsmoo(loss_fn, *, rho: float = 0.1, lam: float = 0.1, **options):
     """FedSMOO with SAM radius rho and FedDyn coefficient lam: compose(FedDyn, SMOO)."""
     check_number("rho", rho, 0.0)
     check_number("lam", lam, 0.0)
     return fedavg(loss_fn, correction=compose(feddyn_correction(lam), correction(rho)),
                   **options)
+
+
+COSTS = FEDDYN_COSTS.merge(SMOO_COSTS)

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import optax
 
 from fedinit_jax.algorithms.fedavg import fedavg
+from fedinit_jax.algorithms.options import shares_fedavg_options
 from fedinit_jax.correction import ClientCorrection, Correction, ServerCorrection
 from fedinit_jax.tree import client_sum
 from fedinit_jax.types import Costs, Params
@@ -39,20 +40,22 @@ def _finalize(ctx, progress, lr_sum, _carry):
 
 def _server_update(state, inputs):
     change = client_sum(jax.tree.map(jnp.subtract, inputs.new_clients.c_i,
-                                     inputs.old_clients.c_i), inputs.weights)
+                                     inputs.old_clients.c_i), inputs.mask)
     c = jax.tree.map(lambda c, dc: c + dc / inputs.num_clients, state.c, change)
     return ScaffoldState(c), inputs.w_candidate
 
 
+COSTS = Costs(down=("w", "c"), up=("delta", "delta_c"), server_state=("c",),
+              client_state=("c_i",))
 CORRECTION = Correction(
     client=ClientCorrection(init=lambda w: ScaffoldClientState(optax.tree.zeros_like(w)),
                             gradient=_gradient, finalize=_finalize),
     server=ServerCorrection(init=lambda w: ScaffoldState(optax.tree.zeros_like(w)),
                             update=_server_update),
-    costs=Costs(down=("w", "c"), up=("delta", "delta_c"), server_state=("c",),
-                client_state=("c_i",)))
+    costs=COSTS)
 
 
+@shares_fedavg_options(fedavg)
 def scaffold(loss_fn, **options):
     """SCAFFOLD with control variates c (server) and c_i (every client), zero at start."""
     return fedavg(loss_fn, correction=CORRECTION, **options)
