@@ -9,6 +9,10 @@ d is built from p_i under both `delta_from`, as in the authors' code (they divid
 Averaged_update = mean_S(w_iK - w_i0) by K and the previous round's lr): under RI, w_iK - w
 would carry the offset beta (w - w_i) into the momentum and feed it back (correction.py).
 alpha = 0.1 by default; alpha = 1 is exactly FedAvg.
+
+With a client_optimizer other than SGD, d = -mean_S(p_i) / (K eta_l) is the mean optimizer
+update of the last round, not the mean gradient, and it is mixed into g before that
+optimizer sees it (momentum on momentum for optax.trace); FedCM as published uses SGD.
 """
 from typing import NamedTuple
 

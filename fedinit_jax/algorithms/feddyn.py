@@ -11,6 +11,11 @@ the one implemented. For ResNet-18-GN, lam * ||w_i0|| ~ 11 > 10 = clip, so it cl
 first step. h_i is built from p_i under both `delta_from`, as the authors do; under RI,
 w_iK - w would carry the offset beta (w - w_i) into h_i and feed it back (correction.py).
 lam = 0.1 by default; the paper's FedDyn runs decay eta_l by 0.9995 per round.
+
+With a client_optimizer other than SGD, the dual pull lam (h_i - w_i0) and lam * w_k go
+through that optimizer like the loss gradient (they are part of g), and h_i accumulates the
+progress p_i that optimizer made: FedDyn's fixed-point argument (grad f_i(w_i) = lam h_i at
+a stationary point) assumes SGD steps and does not hold as such.
 """
 from typing import NamedTuple
 

@@ -6,6 +6,11 @@
 
 c_i is built from p_i under both `delta_from`, as in the authors' code: under RI, w_iK - w
 would carry the offset beta (w - w_i) into c_i (correction.py).
+
+With a client_optimizer other than the paper's SGD, p_i = -eta_l sum_k u_k sums the
+optimizer's updates u_k, not the corrected gradients, so p_i / (K eta_l) and with it c_i
+estimate the mean *update direction* (e.g. momentum-averaged, Adam-preconditioned); option II
+is applied as written, which no analysis of SCAFFOLD covers.
 """
 from typing import NamedTuple
 
