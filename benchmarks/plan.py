@@ -18,8 +18,9 @@ What is measured and what is predicted:
   * time: a PREDICTION, FLOPs per device / (chip peak x --utilization); run = rounds x round
     (evaluation not included). Peaks: dense TF32 for the GPUs (JAX's default float32 matmul
     precision there), bf16 for the TPUs (their default), from the vendors' data sheets.
-Dataset sizes come from DATASETS (CIFAR needs no download); Shakespeare's K (masked epochs:
-the largest client's steps) comes from the texts (../shared/shakespeare or data_dir).
+The shapes come from each dataset family's `abstract` (fedinit_jax/experiment/tasks: CIFAR
+needs no download); Shakespeare's K (masked epochs: the largest client's steps) comes from the
+texts (../shared/shakespeare or data_dir).
 """
 import argparse
 import importlib.util
@@ -39,10 +40,6 @@ CHIPS = {
     "TPU v5e chip 16GB": (16e9, 197e12),  # bf16
 }
 # training examples, classes, example shape: what a preset's round needs without the data
-DATASETS = {"cifar10": (50_000, 10, (32, 32, 3)), "cifar100": (50_000, 100, (32, 32, 3)),
-            "digits": (1_437, 10, (8, 8, 1))}
-
-
 # the config fields that decide the compiled round (others, e.g. the Dirichlet alpha, do not)
 SHAPE_FIELDS = ("dataset", "model", "model_width", "algorithm", "num_clients", "participation",
                 "participation_mode", "batch_size", "local_epochs", "local_steps",
@@ -106,46 +103,22 @@ def round_parts(config: dict, devices: int):
     import jax
     import numpy as np
 
-    from fedinit_jax import algorithms, data, experiment, models, tasks
-    from fedinit_jax.data import shakespeare
-    from fedinit_jax.types import RoundInput
+    from fedinit_jax import RoundInput, Runtime, algorithms, experiment
+    from fedinit_jax.experiment import tasks
 
     config = {**config, "num_devices": devices, "execution": "vmap"}
     n = experiment.clients_per_round(config)
-    b = config["batch_size"]
-    if config["dataset"] == "shakespeare":
-        model = models.get(config["model"], shakespeare.VOCAB_SIZE)
-        loss = tasks.next_character_loss(model.apply)
-        example = (shakespeare.SEQUENCE_LENGTH,)
-        k = config["local_steps"]
-        if not k:
-            _, train, _ = shakespeare.load(config["data_dir"], config["cache_dir"])
-            k = shakespeare.max_local_steps(train.sizes, b, config["local_epochs"])
-        windows = jax.ShapeDtypeStruct((n, k, b, shakespeare.SEQUENCE_LENGTH), np.int32)
-        batches = (windows, windows)
-        step_mask = None if config["local_steps"] else np.ones((n, k), bool)
-    else:
-        size, classes, example = DATASETS[config["dataset"]]
-        width = ({"width": config["model_width"]} if config["model"] in models.WIDTH_MODELS
-                 else {})
-        model = models.get(config["model"], classes, conv="xla", **width)
-        channels = example[-1]  # the statistics do not change the shapes
-        loss = tasks.classification_loss(model.apply, [0.5] * channels, [0.25] * channels,
-                                         augment=config["augment"])
-        k = config["local_steps"] or config["local_epochs"] * data.steps_per_epoch(
-            size // config["num_clients"], b)
-        batches = (jax.ShapeDtypeStruct((n, k, b, *example), np.uint8),
-                   jax.ShapeDtypeStruct((n, k, b), np.int32))
-        step_mask = None
-    algo = algorithms.get(config["algorithm"], loss, **experiment.algorithm_kwargs(config))
-    algo = algo.with_runtime(execution="vmap", num_devices=devices, donate_state=True,
-                             client_state_dtype=config["client_state_dtype"])
-    params = jax.eval_shape(lambda key: model.init(key, example), jax.random.key(0))
+    parts = tasks.family(config["dataset"]).abstract(config, n)
+    algo = algorithms.get(config["algorithm"], parts.loss_fn, **experiment.algorithm_kwargs(config),
+                          runtime=Runtime(execution="vmap", num_devices=devices, donate_state=True,
+                                          client_state_dtype=config["client_state_dtype"]))
+    params = jax.eval_shape(lambda key: parts.model.init(key, parts.input_shape),
+                            jax.random.key(0))
     mask = np.ones(n, bool) if config["participation_mode"] == "bernoulli" else None
-    weights = np.ones(n, np.float32) if config["aggregation"] == "size" else None
-    inp = RoundInput(np.arange(n, dtype=np.int32), batches, np.float32(config["local_lr"]),
-                     mask, step_mask, weights)
-    return algo, params, inp, k, n
+    sizes = np.ones(n, np.float32) if config["aggregation"] == "size" else None
+    inp = RoundInput(np.arange(n, dtype=np.int32), parts.batches, np.float32(config["local_lr"]),
+                     mask, parts.step_mask, sizes)
+    return algo, params, inp, parts.steps, n
 
 
 def plan(spec: str, devices: int, utilization: float) -> dict:

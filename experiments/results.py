@@ -32,7 +32,7 @@ def find_runs(folders, skipped=None) -> list[Run]:
 
     A run whose config.json, run_info.json or metrics.jsonl is damaged is left out; its
     path and the reason are appended to `skipped` (a list) when one is given."""
-    from fedinit_jax import workdir
+    from fedinit_jax.experiment import workdir
 
     runs = []
     for folder in folders:
@@ -124,7 +124,9 @@ def method(config) -> str:
 
 def setting(config) -> str:
     """Column label: dataset model split clients epochs."""
-    split = ("roles" if config["dataset"] == "shakespeare" else  # its natural partition
+    from fedinit_jax.experiment import tasks
+
+    split = (tasks.family(config["dataset"]).natural_split or  # the data's own partition
              {"dirichlet": f"Dir-{config['dirichlet_alpha']:g}", "iid": "IID",
               "pathological": f"Path-{config['classes_per_client']}"}[config["partition"]])
     part = f"{config['participation'] * 100:g}%-{config['num_clients']}"

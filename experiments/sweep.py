@@ -71,6 +71,9 @@ def _parse(values, kind, field):
 
 def cells(base: dict):
     """(name, config) for every cell of the grid."""
+    from fedinit_jax.experiment import tasks
+
+    natural = tasks.family(base["dataset"]).natural_split
     alphas = _parse(FLAGS.dirichlet_alphas, float, "dirichlet_alphas") or [base["dirichlet_alpha"]]
     betas = _parse(FLAGS.betas, float, "betas") or [base["beta"]]
     epochs = _parse(FLAGS.local_epochs, int, "local_epochs") or [base["local_epochs"]]
@@ -85,8 +88,7 @@ def cells(base: dict):
                             config = {**base, "algorithm": algorithm, "dirichlet_alpha": alpha,
                                       "beta": beta, "local_epochs": e, "delta_from": delta,
                                       "seed": seed}
-                            split = ("roles" if base["dataset"] == "shakespeare"
-                                     else f"dir{alpha:g}")  # the natural partition
+                            split = natural or f"dir{alpha:g}"  # the data's own, or alpha
                             name = (f"{algorithm}-{split}-beta"
                                     f"{'default' if beta is None else format(beta, 'g')}"
                                     f"-E{e}-{delta}-s{seed}")
@@ -114,8 +116,8 @@ def _grid():
 def cell_state(workdir: str, config: dict) -> str:
     """'done', 'running elsewhere (HOLDER)', 'unfinished (k/R rounds)', 'not started' or
     'error: ...', from the files (and the lock) alone."""
-    from fedinit_jax import simulation
-    from fedinit_jax import workdir as workdir_lib
+    from fedinit_jax.experiment import simulation
+    from fedinit_jax.experiment import workdir as workdir_lib
 
     holder = workdir_lib.holder(workdir)
     if holder:
@@ -130,7 +132,7 @@ def cell_state(workdir: str, config: dict) -> str:
 
 
 def _record(results, name, state, **extra):
-    from fedinit_jax import workdir as workdir_lib
+    from fedinit_jax.experiment import workdir as workdir_lib
 
     folder = os.path.join(results, "sweep_status")
     os.makedirs(folder, exist_ok=True)
@@ -143,7 +145,7 @@ def _record(results, name, state, **extra):
 def _run_cell(results, index, total, name, config) -> str:
     """Run (or skip) one cell in this process: 'done', 'diverged', 'error' or 'elsewhere'.
     simulation.Stopped propagates (the caller exits)."""
-    from fedinit_jax import simulation
+    from fedinit_jax.experiment import simulation
 
     workdir = os.path.join(results, name)
     try:
@@ -172,7 +174,7 @@ def _run_cell(results, index, total, name, config) -> str:
 
 def _in_process(results, grid, chosen, stop) -> dict:
     """Run the chosen cells one after another; then wait for those running elsewhere."""
-    from fedinit_jax import workdir as workdir_lib
+    from fedinit_jax.experiment import workdir as workdir_lib
 
     outcome = {}
     for i in chosen:
@@ -276,7 +278,7 @@ def main(argv):
     """Run the chosen cells; the exit code says whether every one finished (module doc)."""
     del argv
     logging.set_verbosity(logging.FATAL)  # orbax's logs; failures are reported per cell
-    from fedinit_jax import simulation
+    from fedinit_jax.experiment import simulation
 
     if not FLAGS.results:
         print("error: --results is required", file=sys.stderr)

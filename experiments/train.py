@@ -47,8 +47,9 @@ def main(argv):
     # orbax logs every checkpoint step at INFO, and a failed write at ERROR with tracebacks;
     # the binary reports every failure itself, in one line
     logging.set_verbosity(logging.FATAL)
-    from fedinit_jax import distributed as distributed_lib
-    from fedinit_jax import simulation  # after flag parsing: a bad flag costs no JAX import
+    # after flag parsing: a bad flag costs no JAX import
+    from fedinit_jax.experiment import distributed as distributed_lib
+    from fedinit_jax.experiment import simulation
 
     if not FLAGS.workdir:
         print("error: --workdir is required", file=sys.stderr)

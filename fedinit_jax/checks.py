@@ -40,3 +40,15 @@ def check_number(name: str, value, low=None, high=None, *, low_open=False, high_
         fail(name, value, f"must be {'>' if low_open else '>='} {low}")
     if high is not None and (value >= high if high_open else value > high):
         fail(name, value, f"must be {'<' if high_open else '<='} {high}")
+
+
+def require(module: str, purpose: str):
+    """The module, imported; or ImportError saying what needs it and which extra brings it
+    (the core installs without the experiment dependencies)."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise ImportError(f"{purpose} needs {module.split('.')[0]} ({err}): pip install "
+                          "'fedinit_jax[experiments]'") from None

@@ -171,7 +171,7 @@ def binaries(folder):
     written here, masked epochs). Prints {"<dataset> <devices>": metrics rows}."""
     from conftest import QUIET, quiet_config, write_plays
 
-    from fedinit_jax import simulation
+    from fedinit_jax.experiment import simulation
 
     runs = {}
     bernoulli = {"participation_mode": "bernoulli", "execution": "vmap", "rounds": 2,

@@ -144,7 +144,9 @@ def test_summary_and_heatmap(tmp_path):
     assert summary["histogram"].sum() == idx.size
     assert summary["reused"] == idx.size - np.unique(idx).size
     assert "10 clients x 50 samples" in str(summary)
-    path = data.save_heatmap(summary, str(tmp_path / "split.png"))
+    from fedinit_jax.experiment import plots
+
+    path = plots.save_heatmap(summary, str(tmp_path / "split.png"))
     assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
 

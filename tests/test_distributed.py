@@ -10,7 +10,7 @@ import time
 import pytest
 from conftest import rows, train, without_timing
 
-from fedinit_jax import distributed
+from fedinit_jax.experiment import distributed
 
 # Bernoulli rounds of up to 8 slots (masked), split 2 per device over 4 devices; SCAFFOLD + RI
 # exercises every state slot

@@ -51,7 +51,7 @@ def test_sigterm_ends_a_stuck_run_within_the_grace_period(tmp_path):
     script = (
         "import time, sys; sys.path.insert(0, 'tests')\n"
         "from conftest import quiet_config, QUIET\n"
-        "from fedinit_jax import simulation\n"
+        "from fedinit_jax.experiment import simulation\n"
         "def stuck(point, t):\n"
         "    if point == 'round_start' and t == 2:\n"
         "        print('stuck', flush=True); time.sleep(600)\n"
@@ -136,7 +136,7 @@ def test_a_state_of_another_beta_is_refused():
 def test_a_compiled_round_that_cannot_fit_its_devices_is_refused(tmp_path, monkeypatch):
     """XLA's account of the compiled round against the devices' memory (here made 2 MiB: the
     state's estimate, 1.3 MB, passes; the compiled round, a few MiB per device, does not)."""
-    from fedinit_jax import simulation
+    from fedinit_jax.experiment import simulation
 
     monkeypatch.setattr(experiment, "available_memory", lambda: 2 * 2**20)
     with pytest.raises(ValueError, match=r"config.num_clients=8: the compiled round needs .* "

@@ -138,7 +138,7 @@ def test_bernoulli_run_through_the_loop_resumes_exactly(tmp_path):
     """The host loop samples |S| per round, and a run extended from 3 to 6 rounds equals an
     uninterrupted 6-round run."""
     from experiments.configs import default
-    from fedinit_jax import simulation
+    from fedinit_jax.experiment import simulation
 
     config = {**default.get_config().to_dict(), "participation_mode": "bernoulli",
               "algorithm": "feddyn", "beta": 0.1, "rounds": 6, "local_epochs": 1,

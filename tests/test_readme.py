@@ -26,7 +26,7 @@ def test_readme_sample_output_is_the_committed_run_of_its_command():
     import json
 
     from experiments.configs import paper
-    from fedinit_jax import simulation
+    from fedinit_jax.experiment import simulation
 
     text = open(os.path.join(ROOT, "README.md")).read()
     command = re.search(r"    TFDS_DATA_DIR=\.\./shared/tfds \.venv/bin/python -m experiments.train "

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from experiments.configs import default
-from fedinit_jax import data, experiment, simulation
+from fedinit_jax import data, experiment
+from fedinit_jax.experiment import simulation
 
 FAST = [*TINY[1:], "--config.rounds=6", "--config.eval_every=2"]
 SLOW = [*FAST, "--config.local_epochs=10"]  # rounds long enough to signal one mid-run
@@ -200,7 +201,7 @@ def test_damaged_tfds_split_file(tmp_path, fault):
 
 
 def test_a_live_workdir_is_refused(tmp_path):
-    from fedinit_jax import workdir
+    from fedinit_jax.experiment import workdir
 
     holder = workdir.Lock(str(tmp_path))  # another writer holds it
     try:
@@ -285,7 +286,7 @@ def test_a_failed_write_ends_the_run_with_one_line(tmp_path, monkeypatch, target
     """The third write of metrics / TensorBoard / a checkpoint fails with ENOSPC."""
     from tensorboardX.event_file_writer import EventsWriter
 
-    from fedinit_jax import checkpoint, workdir
+    from fedinit_jax.experiment import checkpoint, workdir
 
     if target == "metrics":
         init = workdir.MetricsLog.__init__
@@ -407,8 +408,8 @@ def test_checkpoint_of_another_layout_is_refused_and_kept(tmp_path):
     import jax.numpy as jnp
 
     from fedinit_jax import algorithms
-    from fedinit_jax.checkpoint import Checkpointer
-    from fedinit_jax.workdir import WorkdirError
+    from fedinit_jax.experiment.checkpoint import Checkpointer
+    from fedinit_jax.experiment.workdir import WorkdirError
 
     def loss(params, batch, key):
         return jnp.sum(params["w"] ** 2)
@@ -425,7 +426,7 @@ def test_checkpoint_of_another_layout_is_refused_and_kept(tmp_path):
 
 
 def test_read_metrics_up_to_a_round(tmp_path):
-    from fedinit_jax import workdir
+    from fedinit_jax.experiment import workdir
 
     workdir.rewrite_metrics(str(tmp_path), [{"round": 1}, {"round": 2}, {"round": 3}])
     assert workdir.read_metrics(str(tmp_path), upto_round=0) == []

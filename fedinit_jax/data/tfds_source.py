@@ -13,6 +13,8 @@ import os
 
 import numpy as np
 
+from fedinit_jax.checks import require
+
 DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "fedinit_jax")
 
 
@@ -26,7 +28,8 @@ def _data_dir(data_dir):
 
 def _source(name, split, data_dir, download):
     """The builder and an array_record data source of one split, or a clear error."""
-    import tensorflow_datasets as tfds  # heavy import, only when a TFDS dataset is asked for
+    # heavy import, only when a TFDS dataset is asked for
+    tfds = require("tensorflow_datasets", f"the TFDS dataset {name!r}")
 
     try:
         builder = tfds.builder(name, data_dir=data_dir)

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from fedinit_jax.workdir import WorkdirError
+from fedinit_jax.experiment.workdir import WorkdirError
 
 
 class Checkpointer:

@@ -1,4 +1,11 @@
-"""An experiment from a flat config: validation in one place, then data, model and algorithm.
+"""The experiment machinery: a run from a flat config (what the binaries in experiments/ use).
+
+This subpackage holds what the core (fedinit_jax's algorithms, round, models, data loaders)
+does not need: config validation and building (here), the dataset families (tasks/), the
+host loop with its signals, resume and outputs (simulation.py), workdirs and their lock
+(workdir.py), checkpoints (checkpoint.py, orbax), multi-process start-up (distributed.py) and
+fetching data (fetch.py). It needs the `[experiments]` extra (TFDS, orbax, ml_collections,
+TensorBoard, tqdm, matplotlib, scikit-learn).
 
 `validate(config)` checks every field (types, ranges, names, cross-field rules) and raises
 ValueError("config.<field>=...: what is allowed") before anything is loaded or compiled.
@@ -12,18 +19,12 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from fedinit_jax import algorithms, checks, data, execution, models, tasks
-from fedinit_jax.data import shakespeare
+from fedinit_jax import algorithms, checks, data, execution, models
+from fedinit_jax.experiment import tasks
 from fedinit_jax.federated_round import CLIENT_STATE_DTYPES, DELTA_FROM
 from fedinit_jax.types import FederatedAlgorithm, RoundInput, Runtime
 
 PARTITIONS = ("iid", "dirichlet", "pathological")
-EMBEDDED = {"digits": data.load_digits}
-# per-channel statistics used to normalise (from the training splits)
-CHANNEL_STATS = {
-    "cifar10": ([0.4914, 0.4822, 0.4465], [0.2470, 0.2435, 0.2616]),
-    "cifar100": ([0.5071, 0.4865, 0.4409], [0.2673, 0.2564, 0.2762]),
-}
 # algorithm hyperparameters a config may set (None = the registry's default)
 OPTIONS = ("delta_from", "weight_decay", "clip_norm")
 # fields added after runs were first saved, with the value that means "as before": a saved
@@ -42,20 +43,6 @@ class Experiment(NamedTuple):
     num_classes: int
     clients_per_round: int  # N, the static client axis (Bernoulli: the bound on |S|)
     steps_per_round: int    # K (algorithm.runtime: how its round runs)
-
-
-class _Task(NamedTuple):
-    """A dataset's federated task: what build() needs besides the algorithm."""
-
-    round_batches: Callable
-    client_sizes: np.ndarray
-    loss_fn: Callable
-    evaluate: Callable
-    model: Any
-    input_shape: tuple
-    num_classes: int
-    steps: int
-    example_bytes: int  # one example of a round input: data, label, the batch index
 
 
 SEED_MAX = 2**32 - 1  # numpy and jax.random.key take any seed up to this
@@ -83,8 +70,8 @@ def validate(config) -> None:
     _choice(config, "algorithm", tuple(algorithms.REGISTRY))
     _choice(config, "model", models.NAMES)
     if not isinstance(config["dataset"], str) or not config["dataset"]:
-        _fail("dataset", config["dataset"], "must name a dataset ('digits', 'shakespeare' or a TFDS "
-              "name)")
+        _fail("dataset", config["dataset"], "must name a dataset ('digits', a registered one: "
+              f"{', '.join(repr(name) for name in tasks.REGISTRY)}, or a TFDS name)")
     _choice(config, "conv", models.CONV_IMPLEMENTATIONS)
     _choice(config, "partition", PARTITIONS)
     _choice(config, "participation_mode", data.PARTICIPATION_MODES)
@@ -92,9 +79,7 @@ def validate(config) -> None:
     _choice(config, "client_state_dtype", CLIENT_STATE_DTYPES)
     _choice(config, "execution", ("auto",) + execution.STRATEGIES)
     _choice(config, "aggregation", AGGREGATIONS)
-    if (config["dataset"] == "shakespeare") != (config["model"] in models.SEQUENCE_MODELS):
-        _fail("model", config["model"], "the shakespeare dataset takes a sequence model "
-              f"({', '.join(models.SEQUENCE_MODELS)}), and a sequence model only shakespeare")
+    tasks.family(config["dataset"]).check(config)
     _number(config, "seed", 0, SEED_MAX, integer=True)
     for field in ("rounds", "num_clients", "local_epochs", "batch_size", "eval_every",
                   "keep_checkpoints"):
@@ -160,24 +145,6 @@ def clients_per_round(config) -> int:
     return -(-expected_clients(config) // devices) * devices
 
 
-def load_split(config, split):
-    """(images, labels, num_classes) of the configured dataset's split."""
-    name = config["dataset"]
-    if name in EMBEDDED:
-        return EMBEDDED[name](split)
-    return data.load(name, split, data_dir=config["data_dir"] or None,
-                     cache_dir=config["cache_dir"] or None)
-
-
-def _partition(config, labels):
-    c, seed = config["num_clients"], config["seed"]
-    if config["partition"] == "iid":
-        return data.iid(labels, c, seed)
-    if config["partition"] == "dirichlet":
-        return data.dirichlet(labels, c, config["dirichlet_alpha"], seed)
-    return data.pathological(labels, c, config["classes_per_client"], seed)
-
-
 def algorithm_kwargs(config) -> dict:
     """The builder arguments the config sets (unset hyperparameters keep their defaults)."""
     kwargs = {f: config[f] for f in algorithms.hparam_names() if config.get(f) is not None}
@@ -213,7 +180,7 @@ def num_devices(config) -> int:
 def build(config) -> Experiment:
     """Load and split the data, build the model, the loss and the algorithm."""
     validate(config)
-    task = _text_task(config) if config["dataset"] == "shakespeare" else _image_task(config)
+    task = tasks.family(config["dataset"]).build(config)
     algo = algorithms.get(config["algorithm"], task.loss_fn, runtime=runtime(config),
                           **algorithm_kwargs(config))
     _check_memory(config, task.model, task.input_shape, algo)
@@ -222,69 +189,6 @@ def build(config) -> Experiment:
     check_compiled_round(config, algo, init_params, task)
     return Experiment(task.round_batches, task.client_sizes, task.evaluate, algo, init_params,
                       task.num_classes, clients_per_round(config), task.steps)
-
-
-def _image_task(config) -> _Task:
-    """Image classification: a partition of the training split into equal shards."""
-    train_x, train_y, num_classes = load_split(config, "train")
-    test_x, test_y, _ = load_split(config, "test")
-    if config["num_clients"] > len(train_y):
-        _fail("num_clients", config["num_clients"],
-              f"more clients than the {len(train_y)} training samples")
-    if config["partition"] == "pathological" and config["classes_per_client"] > num_classes:
-        _fail("classes_per_client", config["classes_per_client"],
-              f"{config['dataset']} has only {num_classes} classes")
-    shard_size = len(train_y) // config["num_clients"]
-    if config["batch_size"] > shard_size:
-        _fail("batch_size", config["batch_size"],
-              f"must be <= the shard size {shard_size} ({len(train_y)} samples / "
-              f"{config['num_clients']} clients)")
-    indices = _partition(config, train_y)
-    shards = data.build_shards(train_x, train_y, indices, num_classes=num_classes,
-                               client_noise=config["client_noise"],
-                               category_noise=config["category_noise"], seed=config["seed"])
-    mean, std = CHANNEL_STATS.get(config["dataset"]) or _channel_stats(train_x)
-    model = models.get(config["model"], num_classes, conv=config["conv"],
-                       **({"width": config["model_width"]}
-                          if config["model"] in models.WIDTH_MODELS else {}))
-
-    def round_batches(ids, rng):
-        return data.round_batches(shards, ids, epochs=config["local_epochs"],
-                                  batch_size=config["batch_size"], rng=rng,
-                                  steps=config["local_steps"]), None
-
-    steps = config["local_steps"] or (
-        config["local_epochs"] * data.steps_per_epoch(shard_size, config["batch_size"]))
-    return _Task(round_batches, np.full(config["num_clients"], shard_size),
-                 tasks.classification_loss(model.apply, mean, std, augment=config["augment"]),
-                 tasks.make_evaluator(model.apply, test_x, test_y, mean, std), model,
-                 train_x.shape[1:], num_classes, steps,
-                 train_x[0].nbytes + train_y[0].nbytes + 8)
-
-
-def _text_task(config) -> _Task:
-    """Shakespeare next-character prediction: num_clients roles (a subset drawn with the
-    seed when fewer than all), their own windows, masked or fixed local steps."""
-    roles, train, test = shakespeare.load(config["data_dir"], config["cache_dir"])
-    if config["num_clients"] > len(roles):
-        _fail("num_clients", config["num_clients"],
-              f"the Shakespeare texts hold {len(roles)} clients (roles with >= 2 speeches)")
-    chosen = np.sort(np.random.default_rng([config["seed"], 3]).permutation(len(roles))
-                     [: config["num_clients"]])
-    train, test = train.subset(chosen), test.subset(chosen)
-    model = models.get(config["model"], shakespeare.VOCAB_SIZE)
-    max_steps = shakespeare.max_local_steps(train.sizes, config["batch_size"],
-                                            config["local_epochs"])
-
-    def round_batches(ids, rng):
-        return shakespeare.round_batches(train, ids, batch_size=config["batch_size"], rng=rng,
-                                         epochs=config["local_epochs"],
-                                         steps=config["local_steps"], max_steps=max_steps)
-
-    return _Task(round_batches, train.sizes, tasks.next_character_loss(model.apply),
-                 tasks.make_text_evaluator(model.apply, test.x, test.y), model,
-                 (shakespeare.SEQUENCE_LENGTH,), shakespeare.VOCAB_SIZE,
-                 config["local_steps"] or max_steps, 2 * 4 * shakespeare.SEQUENCE_LENGTH + 8)
 
 
 def available_memory():
@@ -326,7 +230,7 @@ def _check_memory(config, model, example_shape, algo):
               f"{available / 2**30:.1f} GiB are available")
 
 
-def _check_round_input_size(config, task: _Task) -> None:
+def _check_round_input_size(config, task: tasks.Task) -> None:
     """ValueError naming the field before a round input that cannot fit the host is built:
     N clients x K steps x B examples x (example + label + batch index bytes)."""
     need = clients_per_round(config) * task.steps * config["batch_size"] * task.example_bytes
@@ -340,7 +244,7 @@ def _check_round_input_size(config, task: _Task) -> None:
               "available (half of it may be used)")
 
 
-def first_round_input(config, task: _Task) -> RoundInput:
+def first_round_input(config, task: tasks.Task) -> RoundInput:
     """A round input of the run's shapes and dtypes (clients 0..N-1, every slot real)."""
     n = clients_per_round(config)
     ids = np.arange(n, dtype=np.int32) % config["num_clients"]
@@ -384,11 +288,6 @@ def check_compiled_round(config, algo, init_params, task) -> None:
           f"{account['temporaries'] / 2**30:.1f} GiB) and {where}; lower batch_size or the "
           "clients per round, use more devices (num_devices), or "
           "client_state_dtype=bfloat16")
-
-
-def _channel_stats(images):
-    x = images.astype(np.float64) / 255.0
-    return list(x.mean((0, 1, 2))), list(np.maximum(x.std((0, 1, 2)), 1e-3))
 
 
 def local_lr_decay(config) -> float:

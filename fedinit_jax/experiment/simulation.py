@@ -25,12 +25,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedinit_jax import algorithms, data, distributed, experiment
-from fedinit_jax import workdir as workdir_lib
-from fedinit_jax.checkpoint import Checkpointer
+from fedinit_jax import algorithms, data, experiment
+from fedinit_jax.experiment import distributed
+from fedinit_jax.experiment import workdir as workdir_lib
+from fedinit_jax.experiment.checkpoint import Checkpointer
+from fedinit_jax.experiment.workdir import WorkdirBusy, WorkdirError, WriteError, read_metrics  # noqa: F401 (API)
 from fedinit_jax.federated_round import check_round_input, check_state
 from fedinit_jax.types import RoundInput
-from fedinit_jax.workdir import WorkdirBusy, WorkdirError, WriteError, read_metrics  # noqa: F401 (API)
 
 RESUMABLE_CHANGES = ("rounds",)  # fields that may differ when a run is resumed (extended)
 

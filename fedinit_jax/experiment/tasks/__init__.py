@@ -1,0 +1,92 @@
+"""Task registry: how a config's `dataset` becomes a federated task.
+
+A Family knows how to build its Task from a config (load the data, split it into clients,
+make a round's batches, its loss, its evaluator and its default model), what it can refuse
+before loading anything, and the abstract shapes of a round (for benchmarks/plan.py). The
+binaries look the family up here instead of branching on dataset names:
+
+    REGISTRY = {"shakespeare": shakespeare.FAMILY}   # any other name: images.FAMILY
+                                                    # (digits, or a TFDS image dataset)
+
+A new dataset family is one module and one `register(name, FAMILY)` call
+(docs/tasks.md's worked example, which tests/test_tasks.py registers and trains).
+"""
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+
+
+class Task(NamedTuple):
+    """A built federated task: what experiment.build needs besides the algorithm.
+
+    round_batches(ids, rng) -> (batches [N, K, B, ...], step_mask [N, K] or None).
+    client_sizes: [C] each client's size (examples or tokens; aggregation="size").
+    loss_fn(params, batch, key) -> scalar; evaluate(params) -> {'test_accuracy', ...}.
+    model: a flax module (init(key, input_shape), apply(params, x)); input_shape: one
+    example's shape; steps: K; example_bytes: one example of a round input (data, label and
+    the batch index), for the host-memory check.
+    """
+
+    round_batches: Callable
+    client_sizes: np.ndarray
+    loss_fn: Callable
+    evaluate: Callable
+    model: Any
+    input_shape: tuple
+    num_classes: int
+    steps: int
+    example_bytes: int
+
+
+class AbstractRound(NamedTuple):
+    """A round's shapes without its data (benchmarks/plan.py): the model, the loss, one
+    example's shape, K, the batches as jax.ShapeDtypeStruct and the step mask (or None)."""
+
+    model: Any
+    loss_fn: Callable
+    input_shape: tuple
+    steps: int
+    batches: Any
+    step_mask: Any
+
+
+class Family(NamedTuple):
+    """A dataset family.
+
+    build(config) -> Task.  check(config): ValueError("config.<field>...") for what can be
+    refused without the data (called by experiment.validate).  abstract(config, slots) ->
+    AbstractRound.  natural_split: the label of the data's own partition ("roles"), or None
+    when the config's partition (iid / dirichlet / pathological) splits it.
+    """
+
+    build: Callable[[Any], Task]
+    check: Callable[[Any], None]
+    abstract: Callable[[Any, int], AbstractRound]
+    natural_split: str | None = None
+
+
+REGISTRY: dict[str, Family] = {}
+
+
+def register(dataset: str, family: Family) -> None:
+    """config.dataset == `dataset` is built by `family` from now on."""
+    if not isinstance(family, Family):
+        raise ValueError(f"register({dataset!r}, ...): a tasks.Family, got {type(family)}")
+    REGISTRY[dataset] = family
+
+
+def family(dataset: str) -> Family:
+    """The family of a config's dataset: a registered one, else image classification."""
+    from fedinit_jax.experiment.tasks import images
+
+    return REGISTRY.get(dataset, images.FAMILY)
+
+
+def _register_builtin():
+    from fedinit_jax.experiment.tasks import shakespeare
+
+    register("shakespeare", shakespeare.FAMILY)
+
+
+_register_builtin()

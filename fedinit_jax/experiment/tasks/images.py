@@ -1,0 +1,121 @@
+"""Image classification: digits (embedded) or any TFDS image dataset, its training split
+partitioned into equal-size client shards (iid, Dirichlet or pathological), the test split
+evaluated with the global model. The default family of experiment.build."""
+import jax
+import numpy as np
+
+from fedinit_jax import checks, data, models, tasks
+from fedinit_jax.experiment.tasks import AbstractRound, Family, Task
+
+EMBEDDED = {"digits": data.load_digits}
+# per-channel statistics used to normalise (from the training splits)
+CHANNEL_STATS = {
+    "cifar10": ([0.4914, 0.4822, 0.4465], [0.2470, 0.2435, 0.2616]),
+    "cifar100": ([0.5071, 0.4865, 0.4409], [0.2673, 0.2564, 0.2762]),
+}
+# (training examples, classes, example shape) of the datasets the planner knows without data
+SHAPES = {"cifar10": (50_000, 10, (32, 32, 3)), "cifar100": (50_000, 100, (32, 32, 3)),
+          "digits": (1_437, 10, (8, 8, 1))}
+
+
+def _fail(field, value, allowed):
+    checks.fail(f"config.{field}", value, allowed)
+
+
+def load_split(config, split):
+    """(images, labels, num_classes) of the configured dataset's split."""
+    name = config["dataset"]
+    if name in EMBEDDED:
+        return EMBEDDED[name](split)
+    return data.load(name, split, data_dir=config["data_dir"] or None,
+                     cache_dir=config["cache_dir"] or None)
+
+
+def partition(config, labels):
+    """Every client's example indices under config.partition."""
+    c, seed = config["num_clients"], config["seed"]
+    if config["partition"] == "iid":
+        return data.iid(labels, c, seed)
+    if config["partition"] == "dirichlet":
+        return data.dirichlet(labels, c, config["dirichlet_alpha"], seed)
+    return data.pathological(labels, c, config["classes_per_client"], seed)
+
+
+def model(config, num_classes):
+    """The config's image model (with its width where it takes one)."""
+    return models.get(config["model"], num_classes, conv=config["conv"],
+                      **({"width": config["model_width"]}
+                         if config["model"] in models.WIDTH_MODELS else {}))
+
+
+def steps(config, shard_size: int) -> int:
+    """K: config.local_steps, else local_epochs passes over a shard."""
+    return config["local_steps"] or (
+        config["local_epochs"] * data.steps_per_epoch(shard_size, config["batch_size"]))
+
+
+def build(config) -> Task:
+    """The training split partitioned into equal shards (with the config's noises)."""
+    train_x, train_y, num_classes = load_split(config, "train")
+    test_x, test_y, _ = load_split(config, "test")
+    if config["num_clients"] > len(train_y):
+        _fail("num_clients", config["num_clients"],
+              f"more clients than the {len(train_y)} training samples")
+    if config["partition"] == "pathological" and config["classes_per_client"] > num_classes:
+        _fail("classes_per_client", config["classes_per_client"],
+              f"{config['dataset']} has only {num_classes} classes")
+    shard_size = len(train_y) // config["num_clients"]
+    if config["batch_size"] > shard_size:
+        _fail("batch_size", config["batch_size"],
+              f"must be <= the shard size {shard_size} ({len(train_y)} samples / "
+              f"{config['num_clients']} clients)")
+    shards = data.build_shards(train_x, train_y, partition(config, train_y),
+                               num_classes=num_classes, client_noise=config["client_noise"],
+                               category_noise=config["category_noise"], seed=config["seed"])
+    mean, std = CHANNEL_STATS.get(config["dataset"]) or channel_stats(train_x)
+    net = model(config, num_classes)
+
+    def round_batches(ids, rng):
+        return data.round_batches(shards, ids, epochs=config["local_epochs"],
+                                  batch_size=config["batch_size"], rng=rng,
+                                  steps=config["local_steps"]), None
+
+    return Task(round_batches, np.full(config["num_clients"], shard_size),
+                tasks.classification_loss(net.apply, mean, std, augment=config["augment"]),
+                tasks.make_evaluator(net.apply, test_x, test_y, mean, std), net,
+                train_x.shape[1:], num_classes, steps(config, shard_size),
+                train_x[0].nbytes + train_y[0].nbytes + 8)
+
+
+def check(config) -> None:
+    if config["model"] in models.SEQUENCE_MODELS:
+        _fail("model", config["model"], f"{config['dataset']} is image classification: it takes "
+              f"an image model, and a sequence model ({', '.join(models.SEQUENCE_MODELS)}) "
+              "only a text task (shakespeare)")
+
+
+def abstract(config, slots: int) -> AbstractRound:
+    """The round's shapes from SHAPES (no download): [N, K, B, H, W, C] uint8 images."""
+    if config["dataset"] not in SHAPES:
+        raise ValueError(f"dataset {config['dataset']!r}: its shapes are not known without "
+                         f"loading it (known: {', '.join(SHAPES)})")
+    size, classes, example = SHAPES[config["dataset"]]
+    net = models.get(config["model"], classes, conv="xla", **(
+        {"width": config["model_width"]} if config["model"] in models.WIDTH_MODELS else {}))
+    channels = example[-1]  # the statistics do not change the shapes
+    loss = tasks.classification_loss(net.apply, [0.5] * channels, [0.25] * channels,
+                                     augment=config["augment"])
+    k = steps(config, size // config["num_clients"])
+    b = config["batch_size"]
+    batches = (jax.ShapeDtypeStruct((slots, k, b, *example), np.uint8),
+               jax.ShapeDtypeStruct((slots, k, b), np.int32))
+    return AbstractRound(net, loss, example, k, batches, None)
+
+
+def channel_stats(images):
+    """Per-channel mean and std (floored at 1e-3) of uint8 images, scaled to [0, 1]."""
+    x = images.astype(np.float64) / 255.0
+    return list(x.mean((0, 1, 2))), list(np.maximum(x.std((0, 1, 2)), 1e-3))
+
+
+FAMILY = Family(build=build, check=check, abstract=abstract)

@@ -1,0 +1,64 @@
+"""Shakespeare next-character prediction (data/shakespeare.py): one client per speaking role,
+num_clients roles (a subset drawn with the seed when fewer than all), each with its own
+windows; local steps fixed (local_steps) or masked epochs of unequal clients."""
+import jax
+import numpy as np
+
+from fedinit_jax import checks, models, tasks
+from fedinit_jax.data import shakespeare
+from fedinit_jax.experiment import fetch
+from fedinit_jax.experiment.tasks import AbstractRound, Family, Task
+
+
+def _fail(field, value, allowed):
+    checks.fail(f"config.{field}", value, allowed)
+
+
+def load(config):
+    """(roles, train, test) of every role (the texts found or fetched)."""
+    return shakespeare.load(fetch.shakespeare_texts(config["data_dir"], config["cache_dir"]))
+
+
+def build(config) -> Task:
+    roles, train, test = load(config)
+    if config["num_clients"] > len(roles):
+        _fail("num_clients", config["num_clients"],
+              f"the Shakespeare texts hold {len(roles)} clients (roles with >= 2 speeches)")
+    chosen = np.sort(np.random.default_rng([config["seed"], 3]).permutation(len(roles))
+                     [: config["num_clients"]])
+    train, test = train.subset(chosen), test.subset(chosen)
+    model = models.get(config["model"], shakespeare.VOCAB_SIZE)
+    max_steps = shakespeare.max_local_steps(train.sizes, config["batch_size"],
+                                            config["local_epochs"])
+
+    def round_batches(ids, rng):
+        return shakespeare.round_batches(train, ids, batch_size=config["batch_size"], rng=rng,
+                                         epochs=config["local_epochs"],
+                                         steps=config["local_steps"], max_steps=max_steps)
+
+    return Task(round_batches, train.sizes, tasks.next_character_loss(model.apply),
+                tasks.make_text_evaluator(model.apply, test.x, test.y), model,
+                (shakespeare.SEQUENCE_LENGTH,), shakespeare.VOCAB_SIZE,
+                config["local_steps"] or max_steps, 2 * 4 * shakespeare.SEQUENCE_LENGTH + 8)
+
+
+def check(config) -> None:
+    if config["model"] not in models.SEQUENCE_MODELS:
+        _fail("model", config["model"], "the shakespeare dataset takes a sequence model "
+              f"({', '.join(models.SEQUENCE_MODELS)})")
+
+
+def abstract(config, slots: int) -> AbstractRound:
+    """[N, K, B, 80] int32 windows; masked epochs' K (the largest client's) needs the texts."""
+    model = models.get(config["model"], shakespeare.VOCAB_SIZE)
+    b, k = config["batch_size"], config["local_steps"]
+    if not k:
+        _, train, _ = load(config)
+        k = shakespeare.max_local_steps(train.sizes, b, config["local_epochs"])
+    windows = jax.ShapeDtypeStruct((slots, k, b, shakespeare.SEQUENCE_LENGTH), np.int32)
+    return AbstractRound(model, tasks.next_character_loss(model.apply),
+                         (shakespeare.SEQUENCE_LENGTH,), k, (windows, windows),
+                         None if config["local_steps"] else np.ones((slots, k), bool))
+
+
+FAMILY = Family(build=build, check=check, abstract=abstract, natural_split="roles")
