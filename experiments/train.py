@@ -22,7 +22,7 @@ from experiments.cli import define_config, one_line, parse_flags  # noqa: E402
 define_config("experiments/configs/default.py", "Experiment config file (ml_collections).")
 flags.DEFINE_string("workdir", None, "Output directory: metrics, checkpoints, config.")
 flags.DEFINE_bool("distributed", False, "Multi-process run: jax.distributed.initialize() from "
-                  "the environment (TPU pod slice, SLURM, Open MPI); see fedinit_jax/distributed.py.")
+                  "the environment (TPU pod slice, SLURM, Open MPI); see fedinit_jax/experiment/distributed.py.")
 flags.DEFINE_string("coordinator_address", None, "Multi-process by hand: host:port of process 0.")
 flags.DEFINE_integer("num_processes", None, "Multi-process by hand: number of processes.")
 flags.DEFINE_integer("process_id", None, "Multi-process by hand: this process's index.")

@@ -18,7 +18,7 @@ from conftest import (
 
 from fedinit_jax import RoundInput, algorithms, check_round_input, models
 from fedinit_jax.data import shakespeare as sh
-from fedinit_jax.experiment import simulation
+from fedinit_jax.experiment import fetch, simulation
 
 
 def test_parse_play_speakers_directions_and_headings():
@@ -150,7 +150,7 @@ def test_lstm_parameter_count_and_padding_free_loss():
     assert float(loss(params, (np.zeros_like(x), np.zeros_like(y)), None)) == 0.0
 
 
-SHARED = os.path.normpath(sh.SHARED)
+SHARED = os.path.normpath(fetch.SHARED)
 
 
 @pytest.mark.skipif(not os.path.isdir(SHARED), reason="../shared/shakespeare not present")
@@ -206,8 +206,6 @@ def test_locate_names_what_to_run_when_no_texts_are_found(tmp_path, monkeypatch)
     """An empty data_dir is named; with no data_dir, no cache, no shared checkout and no
     registry (pip fails), one line says what to run. Nothing is downloaded here."""
     import subprocess
-
-    from fedinit_jax.experiment import fetch
 
     with pytest.raises(FileNotFoundError, match="no play texts"):
         fetch.shakespeare_texts(str(tmp_path))
