@@ -27,6 +27,10 @@ mkdir -p "$out"
   # the CPU study's width-0.25 CNN: algorithms vs FedAvg, replicas vs separate runs
   "$py" benchmarks/round_speed.py --width 0.25 --repeats 3 --tables algorithms replicas \
     --algorithms fedavg fedinit fedadam fedsam scaffold feddyn fedcm
+  # masked epochs on a Shakespeare-shaped federation: seconds per real step, static K vs the
+  # power-of-two bucket of the sampled clients' largest vs fixed K
+  "$py" benchmarks/round_speed.py --tables masked --clients 10 --lstm-batch 4 --repeats 3 \
+    --lstm-executions sequential vmap
   # memory: ResNet-18-GN with 100 clients' state, donated or not (compiles only)
   "$py" benchmarks/round_speed.py --model resnet18_gn --tables memory --state-clients 100
   # where one client's local step spends its time, per op and conv form

@@ -54,6 +54,11 @@ cnn_steps=$(( steps < 10 ? steps : 10 ))
   # the Shakespeare LSTM round: fixed K and masked epochs, sequential and vmapped clients
   "$py" benchmarks/round_speed.py --clients "$clients" --repeats "$repeats" \
     "${torch_args[@]}" "${small[@]}" "${lstm[@]}" --tables lstm
+  # masked epochs (Shakespeare sizes): static K vs buckets vs fixed K, per real step (the
+  # dry run leaves it out: its real-size federation is the cost itself)
+  [ "$dry" = 1 ] || "$py" benchmarks/round_speed.py --tables masked --clients 10 \
+    --lstm-batch 4 --repeats "$repeats" --lstm-executions sequential vmap \
+    || echo "masked table failed"
   # every preset's round compiled by the GPU's own compiler: its memory on one device
   "$py" benchmarks/plan.py "${plan[@]}"
 } 2>&1 | tee "$out/RESULTS_gpu.md"

@@ -550,6 +550,64 @@ def torch_lstm_round(inp):
                         x_all.shape[0])
 
 
+def shakespeare_sizes(seed=0):
+    """Every role's training windows: the real texts' (data_dir, the cache or
+    ../shared/shakespeare), else 1,108 draws matched to them (lognormal, median 13, max 689)."""
+    from fedinit_jax.data import shakespeare
+
+    try:
+        from fedinit_jax.experiment import fetch
+
+        _, train, _ = shakespeare.load(fetch.shakespeare_texts())
+        return train.sizes, "the real roles"
+    except (FileNotFoundError, ValueError, ImportError):
+        rng = np.random.default_rng(seed)
+        sizes = np.clip(np.round(rng.lognormal(np.log(13), 1.5, 1108)), 1, 689).astype(int)
+        return sizes, "1,108 lognormal draws (no texts found)"
+
+
+def masked_table(args):
+    """Seconds per real local step of the Shakespeare LSTM round on a Shakespeare-shaped
+    federation (B = --lstm-batch, one epoch, N = --clients sampled): fixed K (every step
+    real), masked epochs padded to the federation's largest client (one shape per run), and
+    padded to a power-of-two bucket of the sampled clients' largest (data/shakespeare.py)."""
+    from fedinit_jax.data import shakespeare
+
+    sizes, source = shakespeare_sizes()
+    n, b = args.clients, args.lstm_batch
+    rng = np.random.default_rng(0)
+    ids = np.sort(rng.choice(len(sizes), n, replace=False)).astype(np.int32)
+    data = shakespeare.pack([tuple(rng.integers(3, shakespeare.OOV, (2, m, 80)).astype(
+        np.int32)) for m in sizes[ids]])  # only the sampled clients' windows are needed
+    cap = shakespeare.max_local_steps(sizes, b, 1)
+    local = np.arange(n, dtype=np.int32)
+    inputs, real = {}, {}
+    for name, bucketed in (("masked, K = federation's largest", False),
+                           ("masked, K = bucket of the sampled largest", True)):
+        batches, mask = shakespeare.round_batches(data, local, batch_size=b,
+                                                  rng=np.random.default_rng(1), max_steps=cap,
+                                                  bucketed=bucketed)
+        label = f"{name} (K={mask.shape[1]})"
+        inputs[label] = RoundInput(local, batches, np.float32(1.0), step_mask=mask)
+        real[label] = int(mask.sum())
+    k_fixed = int(np.ceil(max(real.values()) / n))  # about the same real steps, none masked
+    inputs[f"fixed K={k_fixed}"] = lstm_round_data(n, b, k_fixed)
+    real[f"fixed K={k_fixed}"] = n * k_fixed
+    variants = {f"{name} / {execution}": LstmRound(execution, 1, inp)
+                for execution in args.lstm_executions for name, inp in inputs.items()}
+    medians = time_round_robin(variants, args.repeats)
+    header = [f"LSTM round, {n} of {len(sizes)} clients ({source}), B={b}", "real steps",
+              "s/round", "ms per real step", "vs fixed K (same execution)"]
+    rows = []
+    for name, seconds in medians.items():
+        mode, execution = name.rsplit(" / ", 1)
+        fixed = medians[f"fixed K={k_fixed} / {execution}"] / real[f"fixed K={k_fixed}"]
+        per_step = seconds / real[mode]
+        rows.append([name, real[mode], f"{seconds:.3f}", f"{1e3 * per_step:.2f}",
+                     f"{per_step / fixed:.2f}x"])
+    return header, rows
+
+
 def lstm_table(args):
     """The Shakespeare LSTM round: fixed K steps per client vs one epoch of each client's own
     windows with masked steps, sequential vs vmapped clients, and PyTorch's loop over the
@@ -603,7 +661,7 @@ def main():
     parser.add_argument("--algorithms", nargs="*", default=list(algorithms.REGISTRY))
     parser.add_argument("--algo-execution", default="sequential")
     parser.add_argument("--tables", nargs="*",
-                        default=["speed", "algorithms", "replicas", "eval", "memory", "lstm"])
+                        default=["speed", "algorithms", "replicas", "eval", "memory", "lstm", "masked"])
     parser.add_argument("--state-clients", type=int, default=100,
                         help="clients C in the state of the memory table")
     parser.add_argument("--replica-betas", nargs="*", type=float, default=[0.0, 0.05, 0.1])
@@ -645,6 +703,8 @@ def main():
         print(markdown(*memory_table(args)) + "\n", flush=True)
     if "lstm" in args.tables:
         print(markdown(*lstm_table(args)) + "\n", flush=True)
+    if "masked" in args.tables:
+        print(markdown(*masked_table(args)) + "\n", flush=True)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ LSTM, the real texts and the binary end to end."""
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import (
@@ -16,7 +17,7 @@ from conftest import (
     write_plays,
 )
 
-from fedinit_jax import RoundInput, algorithms, check_round_input, models
+from fedinit_jax import RoundInput, Runtime, algorithms, check_round_input, models, tasks
 from fedinit_jax.data import shakespeare as sh
 from fedinit_jax.experiment import fetch, simulation
 
@@ -108,6 +109,40 @@ def test_masked_steps_change_nothing(linreg_rounds, theta0, name, execution):
             np.testing.assert_allclose(float(m1[k]), float(m2[k]), rtol=1e-6, err_msg=k)
     for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(padded)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+
+
+def test_bucket_steps():
+    assert [sh.bucket_steps(r, 100) for r in (1, 2, 3, 15, 16, 17, 64, 65, 99)] == [
+        1, 2, 4, 16, 16, 32, 64, 100, 100]
+
+
+@pytest.mark.parametrize("execution", ["sequential", "vmap"])
+def test_bucketed_masked_epochs_give_the_federation_maxs_numbers(execution):
+    """Masked epochs padded to a power-of-two bucket of the sampled clients' largest (16 steps)
+    or to the federation's largest (100): the same real batches, the same round (a bigram
+    model of the next character: parameters and metrics)."""
+    rng = np.random.default_rng(0)
+    sizes = [1, 3, 30, 2, 200]  # client 4, never sampled, is the federation's largest
+    data = sh.pack([tuple(rng.integers(3, sh.OOV, (2, m, 80)).astype(np.int32)) for m in sizes])
+    cap = sh.max_local_steps(data.sizes, 2, 1)
+    ids = np.array([0, 1, 2, 3], np.int32)
+    (x, y), mask = sh.round_batches(data, ids, batch_size=2, rng=np.random.default_rng(1),
+                                    max_steps=cap)
+    (xf, yf), mask_f = sh.round_batches(data, ids, batch_size=2, rng=np.random.default_rng(1),
+                                        max_steps=cap, bucketed=False)
+    assert (cap, x.shape[1], xf.shape[1]) == (100, 16, 100)
+    np.testing.assert_array_equal(x, xf[:, :16])
+    np.testing.assert_array_equal(mask, mask_f[:, :16])
+    assert not mask_f[:, 16:].any()
+    loss = tasks.next_character_loss(lambda p, tokens: p["E"][tokens])
+    algo = algorithms.fedavg(loss, runtime=Runtime(execution=execution))
+    state = algo.init({"E": jnp.zeros((sh.VOCAB_SIZE, sh.VOCAB_SIZE))}, num_clients=5)
+    a, ma = algo.apply(state, RoundInput(ids, (x, y), 0.5, step_mask=mask), jax.random.key(0))
+    b, mb = algo.apply(state, RoundInput(ids, (xf, yf), 0.5, step_mask=mask_f),
+                       jax.random.key(0))
+    np.testing.assert_array_equal(np.asarray(a.params["E"]), np.asarray(b.params["E"]))
+    for k in ma:
+        np.testing.assert_allclose(float(ma[k]), float(mb[k]), rtol=1e-6, err_msg=k)
 
 
 def test_size_weighted_server_mean_is_fedavgs_n_i_over_n(linreg_rounds, theta0):

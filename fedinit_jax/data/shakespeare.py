@@ -209,8 +209,15 @@ def load(directory: str):
     return clients, train, test
 
 
+def bucket_steps(real: int, cap: int) -> int:
+    """K of a masked-epoch round: `real` (the largest sampled client's real steps) rounded up
+    to a power of two, at most `cap` (the federation's largest): at most log2(cap) + 2 round
+    shapes over a run, each compiled once, and fewer than 2 real-step lengths of padding."""
+    return min(int(cap), 1 << max(0, int(real) - 1).bit_length())
+
+
 def round_batches(data: TextClients, client_ids, *, batch_size: int, rng, epochs: int = 1,
-                  steps: int = 0, max_steps: int = 0):
+                  steps: int = 0, max_steps: int = 0, bucketed: bool = True):
     """((x, y) [N, K, B, 80], step_mask [N, K] or None) for the sampled clients.
 
     steps > 0: K = steps minibatches from each client, drawn from its windows reshuffled
@@ -218,10 +225,19 @@ def round_batches(data: TextClients, client_ids, *, batch_size: int, rng, epochs
       step_mask None.
     steps = 0: `epochs` passes over each client's own windows in batches of B (the last batch
       of an epoch padded with PAD windows, which count in no loss), then masked all-PAD steps
-      up to the static K = max_steps; step_mask marks the real steps.
+      up to K: bucket_steps(the largest sampled client's steps, max_steps), or with
+      bucketed=False max_steps, the federation's largest (one shape for the whole run, but
+      every round pays for the largest client). step_mask marks the real steps. The real
+      batches, and so the round's numbers, are the same either way: a masked step changes
+      nothing, and step keys are split so that a step's key does not depend on K.
     """
+    ids = np.asarray(client_ids)
+    if not steps:
+        real_max = max(epochs * -(-int(data.offsets[i + 1] - data.offsets[i]) // batch_size)
+                       for i in ids)
+        max_steps = bucket_steps(real_max, max_steps) if bucketed else max_steps
     xs, ys, masks = [], [], []
-    for i in np.asarray(client_ids):
+    for i in ids:
         lo, hi = data.offsets[i], data.offsets[i + 1]
         n = int(hi - lo)
         if steps:

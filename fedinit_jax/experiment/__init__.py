@@ -245,9 +245,11 @@ def _check_round_input_size(config, task: tasks.Task) -> None:
 
 
 def first_round_input(config, task: tasks.Task) -> RoundInput:
-    """A round input of the run's shapes and dtypes (clients 0..N-1, every slot real)."""
+    """A round input of the run's largest shapes and its dtypes (the N largest clients, so
+    that masked epochs take their largest K; every slot real)."""
     n = clients_per_round(config)
-    ids = np.arange(n, dtype=np.int32) % config["num_clients"]
+    largest = np.argsort(-np.asarray(task.client_sizes), kind="stable")
+    ids = largest[np.arange(n) % config["num_clients"]].astype(np.int32)
     mask = np.ones(n, bool) if config["participation_mode"] == "bernoulli" else None
     batches, step_mask = task.round_batches(ids, np.random.default_rng(0))
     sizes = task.client_sizes[ids] if config["aggregation"] == "size" else None

@@ -232,10 +232,11 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop):
     try:
         if primary:
             outputs = _Outputs(workdir, rows, start, rounds, log, progress)
+        seen_steps = set()  # the masked-epoch round lengths K compiled so far
         for t in range(start, rounds):
             fault("round_start", t + 1)
             state, row = _train_round(exp, config, state, t, root_key, decay,
-                                      checkpointer.latest_round(), log)
+                                      checkpointer.latest_round(), log, seen_steps)
             if (t + 1) % config["eval_every"] == 0 or t + 1 == rounds:
                 t1 = time.perf_counter()
                 row.update({k: float(v) for k, v in exp.evaluate(state.params).items()})
@@ -391,11 +392,13 @@ def _sample(exp, config, t, log):
     return data.pad(ids, exp.clients_per_round)
 
 
-def _train_round(exp, config, state, t, root_key, decay, last_checkpoint, log=print):
+def _train_round(exp, config, state, t, root_key, decay, last_checkpoint, log=print,
+                 seen_steps=None):
     """Round t (0-based): its inputs from (seed, t), the jitted round, the divergence guard."""
     t0 = time.perf_counter()
     ids, mask = _sample(exp, config, t, log)
     batches, step_mask = exp.round_batches(ids, np.random.default_rng([config["seed"], 2, t]))
+    _log_new_shape(step_mask, t, set() if seen_steps is None else seen_steps, log)
     sizes = exp.client_sizes[ids] if config["aggregation"] == "size" else None
     lr = np.float32(config["local_lr"] * decay ** t)
     round_input = RoundInput(ids, batches, lr, mask, step_mask, sizes)
@@ -416,6 +419,19 @@ def _train_round(exp, config, state, t, root_key, decay, last_checkpoint, log=pr
     if config["participation_mode"] == "bernoulli":
         row["clients"] = int(mask.sum())  # |S| of a Bernoulli round
     return new_state, row
+
+
+def _log_new_shape(step_mask, t, seen, log):
+    """Masked epochs pad a round to a bucket of its largest client (data/shakespeare.py): a
+    K not in `seen` (this run's) compiles the round once more; say so."""
+    if step_mask is None:
+        return
+    k = step_mask.shape[1]
+    if k not in seen:
+        seen.add(k)
+        log(f"round {t + 1}: K={k} local steps (the largest sampled client's "
+            f"{int(step_mask.sum(axis=1).max())} rounded up to a power of two): a new round "
+            "shape, compiled once")
 
 
 def _state_memory_line(state, num_clients):
