@@ -49,7 +49,8 @@ def check(config) -> None:
 
 
 def abstract(config, slots: int) -> AbstractRound:
-    """[N, K, B, 80] int32 windows; masked epochs' K (the largest client's) needs the texts."""
+    """[N, K, B, 80] int32 windows; masked epochs' largest K (the federation's largest
+    client's, the bound of every bucket) needs the texts."""
     model = models.get(config["model"], shakespeare.VOCAB_SIZE)
     b, k = config["batch_size"], config["local_steps"]
     if not k:
