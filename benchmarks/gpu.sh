@@ -20,12 +20,14 @@ mkdir -p "$out"
 if [ "$dry" = 1 ]; then
   export JAX_PLATFORMS=cpu
   resnet=mlp cnn=mlp clients=2 steps=1 batch=2 repeats=1 plan=(--dry-run)
+  variants=(vmap:xla:1 sequential:xla:1)  # the MLP has no convolution to vary
   torch_args=(--no-torch) small=(--eval-images 200 --lstm-steps 1 --lstm-batch 1)
   lstm=(--lstm-executions vmap) replicas=(--replica-betas 0 0.1)
 else
   "$py" -c "import jax; assert jax.default_backend() == 'gpu', jax.devices()"
   resnet=resnet18_gn cnn=cnn clients=10 steps=50 batch=50 repeats=3
   plan=(--on-device --devices 1) small=() lstm=(--lstm-executions sequential vmap) replicas=()
+  variants=(vmap:xla:1 sequential:xla:1 vmap:im2col:1)
   torch_device=$("$py" -c "import torch; print('cuda' if torch.cuda.is_available() else 'none')" \
     2>/dev/null || echo none)
   torch_args=(--torch-device cuda)
@@ -38,7 +40,7 @@ cnn_steps=$(( steps < 10 ? steps : 10 ))
   # the paper's Table 7 round: ResNet-18-GN, 10 clients x 5 epochs x 500 samples, batch 50;
   # its evaluation; memory with 100 clients' state, donated or not
   "$py" benchmarks/round_speed.py --model "$resnet" --clients "$clients" --steps "$steps" \
-    --batch "$batch" --repeats "$repeats" --variants vmap:xla:1 sequential:xla:1 vmap:im2col:1 \
+    --batch "$batch" --repeats "$repeats" --variants "${variants[@]}" \
     --naive-convs "${torch_args[@]}" "${small[@]}" --tables speed eval memory
   # relaxed initialization must stay free: FedInit against FedAvg
   "$py" benchmarks/round_speed.py --model "$resnet" --clients "$clients" --steps "$steps" \

@@ -166,7 +166,8 @@ def figures(runs, out, window, last):
         for label, by_x in sorted(series.items()):
             xs = sorted(by_x)
             ax.errorbar(xs, [np.mean(by_x[x]) for x in xs],
-                        yerr=[np.std(by_x[x]) for x in xs], marker="o", capsize=3, label=label)
+                        yerr=[R.sample_std(by_x[x]) for x in xs], marker="o", capsize=3,
+                        label=label)
         ax.set_xlabel(field)
         ax.set_ylabel("test accuracy (%)")
         ax.legend(fontsize=7)

@@ -170,12 +170,18 @@ def to_target(run: Run, target: float, window: int):
     return hit, hit * seconds_per_round(run)[0]
 
 
+def sample_std(values) -> float:
+    """The sample standard deviation (ddof 1), the one spread every table and figure of this
+    project reports; 0 for a single value."""
+    values = np.asarray(values, np.float64)
+    return float(values.std(ddof=1)) if values.size > 1 else 0.0
+
+
 def mean_std(values) -> str:
     values = np.asarray(values, np.float64)
     if values.size == 0:
         return "-"
-    std = values.std(ddof=1) if values.size > 1 else 0.0
-    return f"{values.mean():.2f} ± {std:.2f} (n={values.size})"
+    return f"{values.mean():.2f} ± {sample_std(values):.2f} (n={values.size})"
 
 
 def markdown(header, rows) -> str:

@@ -40,7 +40,7 @@ def _finish(procs, timeout=240):
     return [p.returncode for p in procs], outs
 
 
-ROUNDS = ["--config.rounds=20"]  # a run long enough to signal after its second round
+ROUNDS = ["--config.rounds=12"]  # a run long enough to signal after its second round
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def _close(got, want):
 
 def test_two_processes_stop_together_resume_and_equal_one(tmp_path, one_process):
     """SIGTERM to process 1 only: both stop at the same round with a checkpoint (exit 143);
-    the same command resumes both; the 20 rounds equal one process with four devices."""
+    the same command resumes both; the 12 rounds equal one process with four devices."""
     procs = _launch(tmp_path, *ROUNDS)
     metrics = tmp_path / "metrics.jsonl"
     deadline = time.time() + 200
@@ -75,7 +75,7 @@ def test_two_processes_stop_together_resume_and_equal_one(tmp_path, one_process)
     codes, outs = _finish(procs)
     assert codes == [128 + signal.SIGTERM] * 2, outs
     done = rows(tmp_path)[-1]["round"]
-    assert 2 <= done < 20
+    assert 2 <= done < 12
     saved = sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit())
     assert saved[-1] == done  # the checkpoint holds every round the metrics hold
     info = json.load(open(tmp_path / "run_info.json"))

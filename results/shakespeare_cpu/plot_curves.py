@@ -9,6 +9,8 @@ import os
 import matplotlib
 import numpy as np
 
+from experiments.results import sample_std
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
@@ -28,7 +30,7 @@ for name, prefix in GROUPS.items():
         rounds = [r for r, _ in points]
         curves.append([a for _, a in points])
     c = 100 * np.array(curves)
-    print(f"{name}: round {rounds[-1]} {c[:, -1].mean():.2f} +- {c[:, -1].std():.2f} "
+    print(f"{name}: round {rounds[-1]} {c[:, -1].mean():.2f} +- {sample_std(c[:, -1]):.2f} "
           f"(n={len(c)})")
     ax.plot(rounds, c.mean(0), label=name)
     ax.fill_between(rounds, c.min(0), c.max(0), alpha=0.2)
