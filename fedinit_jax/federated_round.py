@@ -64,8 +64,6 @@ DELTA_FROM = ("global", "start")
 CLIENT_STATE_DTYPES = ("float32", "bfloat16", "float16")
 
 
-
-
 class RoundSpec(NamedTuple):
     """What the round computes (build_algorithm's arguments); the Runtime says how it runs.
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import NUM_CLIENTS, assert_matches, linreg_loss, params_from, run
 from numpy_reference import simulate
 
-from fedinit_jax import RoundInput, algorithms
+from fedinit_jax import RoundInput, Runtime, algorithms
 
 
 @pytest.mark.parametrize("name", ["fedinit", "scaffold"])
@@ -89,3 +89,16 @@ def test_a_non_optax_optimizer_is_refused_by_name():
         algorithms.fedavg(linreg_loss, client_optimizer="adam")
     with pytest.raises(ValueError, match="server_optimizer must be an optax"):
         algorithms.fedavg(linreg_loss, server_optimizer=0.1)
+
+
+def test_a_sharded_algorithm_jits_inside_a_users_jit(linreg_rounds, theta0):
+    """With num_devices=2 apply places the state on its mesh; under the user's jit that is a
+    sharding constraint, and the round is the same."""
+    algo = algorithms.fedinit(linreg_loss, runtime=Runtime(num_devices=2))
+    state = algo.init(params_from(theta0), NUM_CLIENTS)
+    ids, xs, ys, lr = linreg_rounds[0]
+    inp = RoundInput(ids[:2], (xs[:2], ys[:2]), lr)  # 2 clients: one per device
+    jitted, _ = jax.jit(algo.apply)(state, inp, jax.random.key(0))
+    direct, _ = algo.apply(state, inp, jax.random.key(0))
+    for a, b in zip(jax.tree.leaves(jitted), jax.tree.leaves(direct)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
