@@ -79,7 +79,6 @@ def validate(config) -> None:
     _choice(config, "client_state_dtype", CLIENT_STATE_DTYPES)
     _choice(config, "execution", ("auto",) + execution.STRATEGIES)
     _choice(config, "aggregation", AGGREGATIONS)
-    tasks.family(config["dataset"]).check(config)
     _number(config, "seed", 0, SEED_MAX, integer=True)
     for field in ("rounds", "num_clients", "local_epochs", "batch_size", "eval_every",
                   "keep_checkpoints"):
@@ -119,6 +118,7 @@ def validate(config) -> None:
         _fail("participation", config["participation"],
               f"samples no client of {config['num_clients']}: needs participation * "
               "num_clients >= 0.5")
+    tasks.family(config["dataset"]).check(config)  # the dataset family's rules, typed fields
     try:  # the builder's own range checks (rho >= 0, 0 <= alpha <= 1, ...), before any data
         algorithms.get(config["algorithm"], _loss_never_called, **algorithm_kwargs(config))
     except ValueError as err:
