@@ -202,12 +202,12 @@ def skip_client(args):
     return w0, optax.tree.zeros_like(w0), no_loss, client_state
 
 
-def train_clients(spec: RoundSpec, runtime: Runtime, state: FedState, round_input, key,
+def train_clients(spec: RoundSpec, runtime: Runtime, state: FedState, round_input, lr, key,
                   counted: Slots):
     """Every slot's client_update, mapped as the runtime says (execution.py), a padded slot
     skipped: by lax.cond one client at a time, by selection side by side (module doc).
     Returns (w_iK, p_i, losses, new client states, old client states), each [N, ...]."""
-    w, lr = state.params, jnp.asarray(round_input.local_lr, jnp.float32)
+    w = state.params
     old_clients = load(runtime, tree.gather(state.client_state, counted.ids))
     w_start = tree.relaxed_init(w, load(runtime, tree.gather(state.client_params, counted.ids)),
                                 state.beta)
@@ -275,9 +275,9 @@ def federated_round(spec: RoundSpec, runtime: Runtime, state: FedState,
     """One round, pure: (state, round_input, key) -> (state, metrics) (module doc)."""
     num_clients = jax.tree.leaves(state.client_params)[0].shape[0]
     counted = slots(round_input, num_clients)
-    w_end, progress, losses, new_clients, old_clients = train_clients(
-        spec, runtime, state, round_input, key, counted)
     lr = jnp.asarray(round_input.local_lr, jnp.float32)
+    w_end, progress, losses, new_clients, old_clients = train_clients(
+        spec, runtime, state, round_input, lr, key, counted)
     w_new, server_opt_state, server_state, client_params, client_state = aggregate(
         spec, runtime, state, lr, counted, w_end, progress, new_clients, old_clients)
     new_state = FedState(w_new, client_params, server_opt_state, server_state, client_state,

@@ -78,12 +78,6 @@ class Entry(NamedTuple):
         return tuple(sorted(name for name in inspect.signature(self.builder).parameters
                             if name != "loss_fn"))
 
-    @property
-    def server_step(self) -> bool:
-        """False when the server replaces w instead of stepping along the mean update (the
-        FedDyn family): server_lr and server_optimizer are no options there."""
-        return "server_lr" in self.options
-
 
 # one line per algorithm; the order is the order of the report's tables
 REGISTRY = {

@@ -244,6 +244,13 @@ def _check_round_input_size(config, task: tasks.Task) -> None:
               "available (half of it may be used)")
 
 
+def round_input(config, client_sizes, ids, mask, batches, step_mask, local_lr) -> RoundInput:
+    """The round's RoundInput for the sampled ids: their sizes n_i when the server mean is
+    weighted by them (config.aggregation="size"), else a uniform mean."""
+    sizes = client_sizes[ids] if config["aggregation"] == "size" else None
+    return RoundInput(ids, batches, np.float32(local_lr), mask, step_mask, sizes)
+
+
 def first_round_input(config, task: tasks.Task) -> RoundInput:
     """A round input of the run's largest shapes and its dtypes (the N largest clients, so
     that masked epochs take their largest K; every slot real)."""
@@ -252,8 +259,8 @@ def first_round_input(config, task: tasks.Task) -> RoundInput:
     ids = largest[np.arange(n) % config["num_clients"]].astype(np.int32)
     mask = np.ones(n, bool) if config["participation_mode"] == "bernoulli" else None
     batches, step_mask = task.round_batches(ids, np.random.default_rng(0))
-    sizes = task.client_sizes[ids] if config["aggregation"] == "size" else None
-    return RoundInput(ids, batches, np.float32(config["local_lr"]), mask, step_mask, sizes)
+    return round_input(config, task.client_sizes, ids, mask, batches, step_mask,
+                       config["local_lr"])
 
 
 def round_memory(compiled) -> dict:

@@ -31,7 +31,6 @@ from fedinit_jax.experiment import workdir as workdir_lib
 from fedinit_jax.experiment.checkpoint import Checkpointer
 from fedinit_jax.experiment.workdir import WorkdirBusy, WorkdirError, WriteError, read_metrics  # noqa: F401 (API)
 from fedinit_jax.federated_round import check_round_input, check_state
-from fedinit_jax.types import RoundInput
 
 RESUMABLE_CHANGES = ("rounds",)  # fields that may differ when a run is resumed (extended)
 
@@ -392,16 +391,15 @@ def _sample(exp, config, t, log):
     return data.pad(ids, exp.clients_per_round)
 
 
-def _train_round(exp, config, state, t, root_key, decay, last_checkpoint, log=print,
-                 seen_steps=None):
+def _train_round(exp, config, state, t, root_key, decay, last_checkpoint, log, seen_steps):
     """Round t (0-based): its inputs from (seed, t), the jitted round, the divergence guard."""
     t0 = time.perf_counter()
     ids, mask = _sample(exp, config, t, log)
     batches, step_mask = exp.round_batches(ids, np.random.default_rng([config["seed"], 2, t]))
-    _log_new_shape(step_mask, t, set() if seen_steps is None else seen_steps, log)
-    sizes = exp.client_sizes[ids] if config["aggregation"] == "size" else None
+    _log_new_shape(step_mask, t, seen_steps, log)
     lr = np.float32(config["local_lr"] * decay ** t)
-    round_input = RoundInput(ids, batches, lr, mask, step_mask, sizes)
+    round_input = experiment.round_input(config, exp.client_sizes, ids, mask, batches,
+                                         step_mask, lr)
     check_round_input(exp.algorithm, state, round_input)
     new_state, metrics = exp.algorithm.apply(state, round_input, jax.random.fold_in(root_key, t))
     metrics = {k: float(v) for k, v in metrics.items()}

@@ -100,8 +100,7 @@ def abstract(config, slots: int) -> AbstractRound:
         raise ValueError(f"dataset {config['dataset']!r}: its shapes are not known without "
                          f"loading it (known: {', '.join(SHAPES)})")
     size, classes, example = SHAPES[config["dataset"]]
-    net = models.get(config["model"], classes, conv="xla", **(
-        {"width": config["model_width"]} if config["model"] in models.WIDTH_MODELS else {}))
+    net = model({**config, "conv": "xla"}, classes)  # the conv form does not change shapes
     channels = example[-1]  # the statistics do not change the shapes
     loss = tasks.classification_loss(net.apply, [0.5] * channels, [0.25] * channels,
                                      augment=config["augment"])
