@@ -257,7 +257,10 @@ def first_round_input(config, task: tasks.Task) -> RoundInput:
     n = clients_per_round(config)
     largest = np.argsort(-np.asarray(task.client_sizes), kind="stable")
     ids = largest[np.arange(n) % config["num_clients"]].astype(np.int32)
-    mask = np.ones(n, bool) if config["participation_mode"] == "bernoulli" else None
+    # a mask as the loop's rounds have one (simulation._sample): Bernoulli, or fixed N padded
+    # to a multiple of the devices; otherwise the first round would not reuse this compile
+    padded = (config["participation_mode"] == "bernoulli" or n != expected_clients(config))
+    mask = np.ones(n, bool) if padded else None
     batches, step_mask = task.round_batches(ids, np.random.default_rng(0))
     return round_input(config, task.client_sizes, ids, mask, batches, step_mask,
                        config["local_lr"])
