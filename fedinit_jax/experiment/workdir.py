@@ -21,6 +21,7 @@ damage (a line that is not a JSON row, rounds missing or out of order) stops the
 one line naming the file and the line, and the file is left as it is: no row is ever dropped
 silently.
 """
+import contextlib
 import errno
 import fcntl
 import json
@@ -113,16 +114,23 @@ def holder(workdir: str):
     return None
 
 
+@contextlib.contextmanager
+def reporting(path: str):
+    """An OSError (disk full, quota, I/O) inside becomes WriteError naming `path`."""
+    try:
+        yield
+    except OSError as err:
+        raise WriteError(describe_write_error(path, err)) from None
+
+
 def atomic_write(path: str, write) -> None:
     """write(f) into a temporary file, then rename it over path: a reader sees the old file or
     the new one, never half of it; WriteError naming the file when it fails."""
     tmp = path + ".tmp"
-    try:
+    with reporting(path):
         with open(tmp, "w") as f:
             write(f)
         os.replace(tmp, path)
-    except OSError as err:
-        raise WriteError(describe_write_error(path, err)) from None
 
 
 def write_json(path: str, obj) -> None:
@@ -185,11 +193,9 @@ class MetricsLog:
         self._file = open(self.path, "a")
 
     def write(self, row: dict) -> None:
-        try:
+        with reporting(self.path):
             self._file.write(json.dumps(row) + "\n")
             self._file.flush()
-        except OSError as err:
-            raise WriteError(describe_write_error(self.path, err)) from None
 
     def close(self):
         try:
@@ -210,23 +216,19 @@ class ScalarLog:
 
         self.path = logdir
         self._event, self._scalar = Event, scalar
-        try:
+        with reporting(logdir):
             os.makedirs(logdir, exist_ok=True)
             self._writer = EventsWriter(os.path.join(logdir, "events"))
             if start:
                 self._writer.write_event(Event(step=start + 1, wall_time=time.time(),
                                                session_log=SessionLog(status=SessionLog.START)))
-        except OSError as err:
-            raise WriteError(describe_write_error(logdir, err)) from None
 
     def write(self, step: int, row: dict) -> None:
-        try:
+        with reporting(self.path):
             for name, value in row.items():
                 self._writer.write_event(self._event(
                     step=step, wall_time=time.time(), summary=self._scalar(name, value)))
             self._writer.flush()
-        except OSError as err:
-            raise WriteError(describe_write_error(self.path, err)) from None
 
     def close(self):
         try:
