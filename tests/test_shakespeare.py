@@ -185,6 +185,72 @@ def test_lstm_parameter_count_and_padding_free_loss():
     assert float(loss(params, (np.zeros_like(x), np.zeros_like(y)), None)) == 0.0
 
 
+def _lookup_model(table):
+    """logits(x) = table[x]: a bigram model whose parameters are its [V, V] logits."""
+    return lambda params, x: params[x]
+
+
+def test_text_accuracies_against_a_numpy_loop():
+    """test_accuracy: argmax over every logit, over targets other than PAD and BOS (Reddi et
+    al. 2021's definition on their BOS-free windows); test_accuracy_in_vocab: argmax over the
+    86 characters, over character targets (fedjax's, less its always-wrong targets)."""
+    x, y = sh.to_sequences(["To be, or not to be~", "Ay, there's the rub.", "~~"], length=8)
+    table = np.random.default_rng(0).normal(size=(sh.VOCAB_SIZE, sh.VOCAB_SIZE))
+    table = table.astype(np.float32)
+    got = tasks.make_text_evaluator(_lookup_model(table), x, y, batch_size=3)(table)
+    special = (sh.PAD, sh.BOS, sh.EOS, sh.OOV)
+    hits = hits_in_vocab = n = n_in_vocab = tokens = 0
+    loss = 0.0
+    for xi, yi in zip(x.ravel(), y.ravel()):
+        logits = table[xi].astype(np.float64)
+        if yi != sh.PAD:
+            tokens += 1
+            loss += np.log(np.sum(np.exp(logits))) - logits[yi]
+        if yi not in (sh.PAD, sh.BOS):
+            n += 1
+            hits += int(np.argmax(logits) == yi)
+        if yi not in special:
+            n_in_vocab += 1
+            masked = logits.copy()
+            masked[list(special)] = -np.inf
+            hits_in_vocab += int(np.argmax(masked) == yi)
+    assert 0 < hits < n and n_in_vocab < n < tokens  # the data has BOS, EOS and OOV targets
+    np.testing.assert_allclose(float(got["test_accuracy"]), hits / n, rtol=1e-6)
+    np.testing.assert_allclose(float(got["test_accuracy_in_vocab"]),
+                               hits_in_vocab / n_in_vocab, rtol=1e-6)
+    np.testing.assert_allclose(float(got["test_loss"]), loss / tokens, rtol=1e-5)
+
+
+def test_a_perfect_model_scores_one_on_both_accuracies():
+    """No counted target is one the metric's own mask makes always wrong: on text whose next
+    id is a function of the current one (BOS c OOV EOS BOS ...), the model that knows it
+    scores exactly 1 (fedjax's accuracy_in_vocab would count the OOV and BOS targets,
+    which its logit mask never predicts)."""
+    c = int(sh.encode("c")[0])
+    x, y = sh.to_sequences(["c~"] * 5, length=6)
+    table = np.zeros((sh.VOCAB_SIZE, sh.VOCAB_SIZE), np.float32)
+    for now, after in ((sh.BOS, c), (c, sh.OOV), (sh.OOV, sh.EOS), (sh.EOS, sh.BOS)):
+        table[now, after] = 1.0
+    assert {sh.BOS, sh.OOV, sh.EOS, c} <= set(y.ravel().tolist())
+    got = tasks.make_text_evaluator(_lookup_model(table), x, y)(table)
+    assert float(got["test_accuracy"]) == 1.0 and float(got["test_accuracy_in_vocab"]) == 1.0
+
+
+def test_a_text_clients_size_is_its_non_pad_targets(tmp_path):
+    """aggregation="size" weighs a role by its targets (Reddi et al.'s num_tokens), not by
+    its windows: the family's client_sizes against a loop over the windows."""
+    from fedinit_jax.experiment.tasks import shakespeare as family
+
+    texts = write_plays(tmp_path / "texts", 2)
+    _, train, _ = sh.load(str(texts))
+    config = quiet_config(dataset="shakespeare", model="lstm", data_dir=str(texts),
+                          num_clients=len(train.sizes), batch_size=2, local_steps=2)
+    sizes = family.build(config).client_sizes
+    want = [sum(int(t != sh.PAD) for row in train.y[lo:hi] for t in row)
+            for lo, hi in zip(train.offsets[:-1], train.offsets[1:])]
+    assert sizes.tolist() == want and len(set(want)) > 1
+
+
 SHARED = os.path.normpath(fetch.SHARED)
 
 
@@ -230,6 +296,8 @@ def test_presets_are_valid_configs(preset):
     experiment.validate(config)
     assert config.dataset == "shakespeare" and config.model == "lstm"
     assert experiment.clients_per_round(config) == 10
+    # the code behind the published 56.9% weighs clients by their targets; cpu: uniform
+    assert config.aggregation == {"cpu": "uniform", "paper": "size"}[preset]
     with pytest.raises(ValueError, match="preset"):
         presets.get_config("gpu")
     config.model = "cnn"

@@ -164,7 +164,15 @@ class TextClients(NamedTuple):
 
     @property
     def sizes(self) -> np.ndarray:
+        """[C] windows per client."""
         return np.diff(self.offsets)
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """[C] targets per client that are not PAD: what a client's update is weighted by
+        in the code behind Reddi et al. 2021's Shakespeare numbers (num_tokens)."""
+        per_window = np.sum(self.y != PAD, axis=1)
+        return np.diff(np.concatenate([[0], np.cumsum(per_window)])[self.offsets])
 
     def subset(self, ids) -> "TextClients":
         """The clients `ids`, in that order, as TextClients of their own."""

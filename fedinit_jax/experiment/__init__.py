@@ -36,7 +36,7 @@ AGGREGATIONS = ("uniform", "size")  # the server's mean over S: 1 / |S|, or n_i 
 
 class Experiment(NamedTuple):
     round_batches: Callable  # (client ids, rng) -> (batches [N, K, B, ...], step_mask or None)
-    client_sizes: np.ndarray  # [C] training examples per client (aggregation="size")
+    client_sizes: np.ndarray  # [C] examples (images) or targets (text) per client, "size"
     evaluate: Callable      # params -> {'test_accuracy', 'test_loss'}
     algorithm: FederatedAlgorithm
     init_params: Any

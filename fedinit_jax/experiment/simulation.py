@@ -320,7 +320,7 @@ def _resume(checkpointer, state, config, workdir, log):
         # the evaluation taken because `start` was the last round of a shorter run: an
         # uninterrupted run of config.rounds has none there
         rows[-1] = {k: v for k, v in rows[-1].items()
-                    if k not in ("test_accuracy", "test_loss", "eval_seconds")}
+                    if not k.startswith("test_") and k != "eval_seconds"}
     return start, state, rows
 
 

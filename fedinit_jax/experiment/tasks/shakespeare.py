@@ -1,6 +1,7 @@
 """Shakespeare next-character prediction (data/shakespeare.py): one client per speaking role,
 num_clients roles (a subset drawn with the seed when fewer than all), each with its own
-windows; local steps fixed (local_steps) or masked epochs of unequal clients."""
+windows; local steps fixed (local_steps) or masked epochs of unequal clients; a client's size
+(aggregation="size") is its number of non-PAD targets."""
 import jax
 import numpy as np
 
@@ -36,7 +37,9 @@ def build(config) -> Task:
                                          epochs=config["local_epochs"],
                                          steps=config["local_steps"], max_steps=max_steps)
 
-    return Task(round_batches, train.sizes, tasks.next_character_loss(model.apply),
+    # aggregation="size" weighs a client by its non-PAD targets, as the code behind Reddi et
+    # al. 2021's numbers does (client_weight_fn = num_tokens)
+    return Task(round_batches, train.tokens, tasks.next_character_loss(model.apply),
                 tasks.make_text_evaluator(model.apply, test.x, test.y), model,
                 (shakespeare.SEQUENCE_LENGTH,), shakespeare.VOCAB_SIZE,
                 config["local_steps"] or max_steps, 2 * 4 * shakespeare.SEQUENCE_LENGTH + 8)
