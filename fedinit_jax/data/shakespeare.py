@@ -10,16 +10,21 @@ fedinit_jax.experiment.fetch)
   (`[Exit]`, multi-line `[Enter ...]`) and act / scene headings are dropped, runs of spaces
   collapse to one (LEAF). One edition per work (`*_gut.txt`, the modern spelling) and plays
   only (the sonnets and poems have no speakers).
-* **Clients.** One per (play, role) with at least `min_speeches` = 2 speeches. Each client's
-  speeches are split in order: the first 80% train, the rest (at least one) test, so test
-  text is unseen (the FedAvg paper's split by lines; LEAF's default splits the windows at
-  random instead, which puts overlapping windows on both sides).
+* **Clients.** One per (play, role) with at least `min_speeches` = 2 speeches (TFF's rule:
+  characters with fewer than 2 examples excluded). Each client's speeches are split in
+  order: the first 80% train, the rest (at least one) test, so test text is unseen. (The
+  FedAvg paper splits each role's *lines* in order, 80% / 20%; LEAF's split_data.py, as
+  readable here, splits each user's windows at random, which puts overlapping windows on
+  both sides.)
 * **Vocabulary.** TFF's 86 characters (letters, digits, space, newline, carriage return and
-  22 punctuation marks) as ids 3..88, with PAD = 0, BOS = 1, EOS = 2 and OOV = 89
-  (VOCAB_SIZE = 90), the layout of fedjax.
+  22 punctuation marks) as ids 3..88 in the order of CHARS, with PAD = 0, BOS = 1, EOS = 2 and
+  OOV = 89 (VOCAB_SIZE = 90): fedjax's special ids; fedjax and TFF order the characters as
+  TFF's tutorial does, and TFF's task puts OOV, BOS, EOS at 87, 88, 89.
 * **Sequences.** A client's speeches are joined as BOS speech EOS BOS speech EOS ..., and cut
   into windows of 80 inputs x and 80 targets y (y = x shifted by one character), the last
-  window padded with PAD (fedjax's construction; TFF drops the remainder instead).
+  window padded with PAD (fedjax's construction, whose windows cross speeches; TFF's task
+  pads each speech to a multiple of 81 and cuts it alone, so its windows never hold a BOS
+  target). docs/shakespeare.md tabulates every difference from LEAF, TFF and fedjax.
 """
 import glob
 import os
