@@ -58,3 +58,18 @@ def test_study_tables_are_the_regenerated_ones(text):
     for table in tables[:2]:  # accuracy (Table 4 shape) and with/without RI (Table 6 shape)
         assert table in section, table.splitlines()[0]
     assert "n=3" in tables[0] and "Left out, unfinished" not in text
+
+
+def test_authors_preset_is_the_authors_configuration():
+    """cpu_cifar10.py:authors_e5 validates and differs from the study preset exactly in what
+    the authors ran and the study scaled down."""
+    from experiments.configs import cpu_cifar10
+    from fedinit_jax import experiment
+
+    study, authors = cpu_cifar10.get_config(), cpu_cifar10.get_config("authors_e5")
+    experiment.validate(authors)
+    differ = {k: authors[k] for k in authors if authors[k] != study[k]}
+    assert differ == {"model_width": 1.0, "participation_mode": "bernoulli",
+                      "local_epochs": 5, "augment": True}
+    with pytest.raises(ValueError, match="preset"):
+        cpu_cifar10.get_config("gpu")
