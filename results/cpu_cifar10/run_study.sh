@@ -10,18 +10,8 @@
 # The committed study stopped before seed 1's 5-epoch cells (the session's budget): they
 # are the only cells of this grid not in results/cpu_cifar10 (docs/study.md, tests/test_study.py).
 set -euo pipefail
-# RESULTS_DIR defaults to a fresh folder: the committed results are never overwritten or
-# silently reused (pass the committed folder to extend it). The project's venv Python unless
-# PYTHON is set. Expected duration: ~5 h on 2 cores (the
-# committed 111 cells: 4.67 h of rounds and evaluations by their metrics, plus start-ups).
-out=$(realpath -m "${1:-$(mktemp -d "${TMPDIR:-/tmp}/cpu_cifar10.XXXXXX")}")
-cd "$(dirname "$0")/../.."
-shift || true
-extra=("$@")
-py=${PYTHON:-.venv/bin/python}
-[ -x "$py" ] || { echo "error: $py not found: run the README's install command first, or set PYTHON" >&2; exit 2; }
-echo "results: $out"
-sweep() { "$py" -m experiments.sweep --config experiments/configs/cpu_cifar10.py --results "$out" "$@" "${extra[@]}"; }
+# Expected duration: ~5 h on 2 cores (the committed 111 cells: 4.67 h of rounds and evaluations by their metrics, plus start-ups).
+source "$(dirname "$0")/../study.sh" experiments/configs/cpu_cifar10.py "$@"
 for s in 0 1 2; do
   # main grid (Table 4/6): the baselines and FedInit (beta 0.1), both splits
   sweep --algorithms=fedavg,fedinit,fedadam,fedsam --dirichlet_alphas=0.1,0.6 --seeds=$s
@@ -37,6 +27,4 @@ for s in 0 1 2; do
   # beta sensitivity (Fig. 1(b), Fig. 2); beta 0 and 0.1 are FedAvg and FedInit above
   sweep --algorithms=fedavg --betas=-0.2,-0.1,0.05,0.2 --dirichlet_alphas=0.1 --seeds=$s
 done
-# the tables and figures of the folder (Markdown and PNGs)
-"$py" -m experiments.report "$out" --out "$out/report"
-echo "report: $out/report"
+report

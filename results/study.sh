@@ -1,0 +1,18 @@
+# The set-up shared by the study scripts (results/*/run_study.sh): sourced, never run.
+#   source "$(dirname "$0")/../study.sh" CONFIG "$@"     (the script's own arguments:
+#                                                         [RESULTS_DIR [--config.FIELD=VALUE ...]])
+# Sets $out: RESULTS_DIR, by default a fresh folder, so the committed results are never
+# overwritten or silently reused (pass the committed folder to extend it); changes to the
+# repository root; sets $py: the project's venv Python unless PYTHON is set; defines
+#   sweep ARGS...   experiments.sweep of CONFIG into $out (the extra arguments to every sweep)
+#   report          the folder's tables and figures (Markdown and PNGs) into $out/report
+study_config=$1
+study_name=$(basename "$(dirname "$(realpath "$0")")")
+out=$(realpath -m "${2:-$(mktemp -d "${TMPDIR:-/tmp}/$study_name.XXXXXX")}")
+extra=("${@:3}")
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+py=${PYTHON:-.venv/bin/python}
+[ -x "$py" ] || { echo "error: $py not found: run the README's install command first, or set PYTHON" >&2; exit 2; }
+echo "results: $out"
+sweep() { "$py" -m experiments.sweep --config "$study_config" --results "$out" "$@" "${extra[@]}"; }
+report() { "$py" -m experiments.report "$out" --out "$out/report"; echo "report: $out/report"; }
