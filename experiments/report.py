@@ -32,18 +32,33 @@ flags.DEFINE_float("target", None, "Target accuracy (0..1) for Table 8 (default:
 FLAGS = flags.FLAGS
 
 
-def accuracy_tables(runs, window, last):
+def accuracy_table(runs, window, last, field="test_accuracy"):
+    """Table 4/5: the smoothed final `field` (%) per method (rows) and setting (columns)."""
     from experiments import results as R
 
     cells = defaultdict(list)
     for run in runs:
         cells[(R.method(run.config), R.setting(run.config))].append(
-            100 * R.final_accuracy(run, window, last))
+            100 * R.final_accuracy(run, window, last, field))
     methods = sorted({m for m, _ in cells}, key=_method_order)
     settings = sorted({s for _, s in cells})
-    table4 = R.markdown(["method", *settings],
-                        [[m, *[R.mean_std(cells.get((m, s), [])) for s in settings]]
-                         for m in methods])
+    return R.markdown(["method", *settings],
+                      [[m, *[R.mean_std(cells.get((m, s), [])) for s in settings]]
+                       for m in methods])
+
+
+def other_accuracies(runs):
+    """The second accuracies every run reports (test_accuracy_*, e.g. Shakespeare's
+    test_accuracy_in_vocab), sorted."""
+    fields = [{k for row in run.rows for k in row if k.startswith("test_accuracy_")}
+              for run in runs]
+    return sorted(set.intersection(*fields)) if fields else []
+
+
+def accuracy_tables(runs, window, last):
+    from experiments import results as R
+
+    table4 = accuracy_table(runs, window, last)
     # Table 6: base algorithm, beta = 0 vs beta != 0 (same delta_from; at beta = 0 both
     # delta_from are the same algorithm, w_i0 = w, so a beta = 0 run serves both)
     pairs = defaultdict(dict)
@@ -246,9 +261,13 @@ def report(folders, out, window=5, last=50, target=None) -> str:
     os.makedirs(out, exist_ok=True)
     table4, table6 = accuracy_tables(runs, window, last)
     table7, table8 = time_tables(runs, window, target)
+    smoothing = f"smoothed (window {window}), max over the last {last} rounds"
+    others = [part for field in other_accuracies(runs)
+              for part in (f"## {field} (%), {smoothing}", accuracy_table(runs, window, last,
+                                                                         field))]
     text = "\n\n".join([
-        f"## Test accuracy (%), smoothed (window {window}), max over the last {last} rounds",
-        table4, "## With and without relaxed initialization (RI)", table6,
+        f"## Test accuracy (%), {smoothing}", table4, *others,
+        "## With and without relaxed initialization (RI)", table6,
         "## Seconds per round (median over rounds and seeds)", table7,
         "## Rounds and time to target accuracy", table8,
         "## Communication and storage per round (Table 9)", cost_table(runs)])

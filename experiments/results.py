@@ -139,16 +139,17 @@ def curve(run: Run, field: str):
     return np.array([p[0] for p in pts]), np.array([p[1] for p in pts], np.float64)
 
 
-def smoothed_accuracy(run: Run, window: int):
-    """(round each smoothed point ends at, moving-average test accuracy)."""
-    rounds, acc = curve(run, "test_accuracy")
+def smoothed_accuracy(run: Run, window: int, field: str = "test_accuracy"):
+    """(round each smoothed point ends at, moving-average test accuracy, or `field`)."""
+    rounds, acc = curve(run, field)
     smooth = metrics.smooth(acc, window)
     return rounds[len(rounds) - len(smooth):], smooth
 
 
-def final_accuracy(run: Run, window: int, last: int) -> float:
-    """Smoothed test accuracy, max over the points of the last `last` rounds (paper 5.1)."""
-    ends, smooth = smoothed_accuracy(run, window)
+def final_accuracy(run: Run, window: int, last: int, field: str = "test_accuracy") -> float:
+    """Smoothed test accuracy (or `field`), max over the points of the last `last` rounds
+    (paper 5.1)."""
+    ends, smooth = smoothed_accuracy(run, window, field)
     keep = ends > ends[-1] - last
     return float(np.max(smooth[keep]))
 

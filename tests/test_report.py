@@ -8,7 +8,8 @@ from experiments import results
 from experiments.report import report
 
 
-def write_run(folder, algorithm, beta, seed, accuracies, seconds=1.0, rounds=None):
+def write_run(folder, algorithm, beta, seed, accuracies, seconds=1.0, rounds=None,
+              extra=None):
     os.makedirs(folder)
     config = {"algorithm": algorithm, "beta": beta, "seed": seed, "dataset": "toy",
               "model": "mlp", "partition": "dirichlet", "dirichlet_alpha": 0.1,
@@ -25,7 +26,8 @@ def write_run(folder, algorithm, beta, seed, accuracies, seconds=1.0, rounds=Non
             f.write(json.dumps({"round": r, "test_accuracy": acc, "train_loss": 1.0,
                                 "divergence": 1.0 / r, "divergence_all": 2.0 / r,
                                 "train_seconds": 10.0 if r == 1 else seconds,
-                                "eval_seconds": 0.5}) + "\n")
+                                "eval_seconds": 0.5,
+                                **{k: v[r - 1] for k, v in (extra or {}).items()}}) + "\n")
 
 
 @pytest.fixture
@@ -59,6 +61,23 @@ def test_smoothed_max_by_hand(two_folders, tmp_path):
     assert "fig1b_beta.png" in pngs and any(p.startswith("fig2_") for p in pngs)
     for p in pngs:
         assert open(tmp_path / "out" / p, "rb").read(4) == b"\x89PNG"
+
+
+def test_a_second_accuracy_gets_its_own_table(tmp_path):
+    """A test_accuracy_* metric every run reports (Shakespeare's test_accuracy_in_vocab)
+    gets a table of its own, smoothed the same way; one only some runs report gets none."""
+    write_run(tmp_path / "r" / "a", "fedavg", 0.0, 0, [0.1, 0.2, 0.3],
+              extra={"test_accuracy_in_vocab": [0.4, 0.5, 0.9], "test_accuracy_x": [0] * 3})
+    write_run(tmp_path / "r" / "b", "fedavg", 0.0, 1, [0.1, 0.2, 0.3],
+              extra={"test_accuracy_in_vocab": [0.2, 0.1, 0.3]})
+    text = report([str(tmp_path / "r")], str(tmp_path / "out"), window=2, last=1)
+    # window 2, last point: a (0.5 + 0.9) / 2 = 0.7, b 0.2; mean 45, sample std
+    std = abs(70 - 20) / 2 ** 0.5
+    table = text.split("## test_accuracy_in_vocab (%), smoothed (window 2), max over the last 1 "
+                       "rounds")[1]
+    assert table.lstrip().startswith("| method |")
+    assert f"| FedAvg | 45.00 ± {std:.2f} (n=2) |" in table
+    assert "test_accuracy_x" not in text
 
 
 def test_rounds_to_target(two_folders):
