@@ -80,6 +80,21 @@ def test_a_second_accuracy_gets_its_own_table(tmp_path):
     assert "test_accuracy_x" not in text
 
 
+def test_a_field_added_later_at_its_old_value_is_no_variant(tmp_path):
+    """A config.json saved before `aggregation` existed is the same experiment as one that
+    wrote aggregation="uniform" (experiment.ADDED_FIELDS), not a variant; "size" is one."""
+    for name, seed, aggregation in (("old", 0, None), ("new", 1, "uniform"),
+                                    ("size", 2, "size")):
+        write_run(tmp_path / "r" / name, "fedavg", 0.0, seed, [0.1, 0.2])
+        if aggregation:
+            path = tmp_path / "r" / name / "config.json"
+            json.dump({**json.load(open(path)), "aggregation": aggregation}, open(path, "w"))
+    labels = sorted(results.method(r.config)
+                    for r in results.label_variants(results.find_runs([str(tmp_path / "r")])))
+    assert labels == ["FedAvg (aggregation=size)", "FedAvg (aggregation=uniform)",
+                      "FedAvg (aggregation=uniform)"]
+
+
 def test_rounds_to_target(two_folders):
     runs = {r.config["algorithm"]: r for r in results.find_runs(two_folders)}
     # window 1 (raw): fedinit reaches 0.5 at round 2; time = 2 rounds x 1.02 s

@@ -7,10 +7,8 @@
 # Correction states (c_i, h_i, d) are built from the local progress w_iK - w_i0 under both
 # delta_from (the authors' rule, fedinit_jax/correction.py); cells made before that fix were
 # re-run (SCAFFOLD/FedDyn/FedCM +RI, and every FedDyn cell for the authors' clip form).
-# The committed study stopped before seed 1's 5-epoch cells (the session's budget): they
-# are the only cells of this grid not in results/cpu_cifar10 (docs/study.md, tests/test_study.py).
 set -euo pipefail
-# Expected duration: ~5 h on 2 cores (the committed 111 cells: 4.67 h of rounds and evaluations by their metrics, plus start-ups).
+# Expected duration: ~5 h on 2 cores (the committed 114 cells: 4.67 h of rounds and evaluations by their metrics, plus start-ups).
 source "$(dirname "$0")/../study.sh" experiments/configs/cpu_cifar10.py "$@"
 for s in 0 1 2; do
   # main grid (Table 4/6): the baselines and FedInit (beta 0.1), both splits
