@@ -5,7 +5,8 @@
 #   bash benchmarks/cpu.sh [OUTPUT_DIR]
 #
 # Needs the project's .venv (README); PyTorch (CPU wheel torch==2.13.0) is optional and adds
-# the PyTorch column (pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu).
+# the PyTorch column: `.venv/bin/pip install torch==2.13.0` takes the CPU wheel from this
+# machine kind's disk (elsewhere: --index-url https://download.pytorch.org/whl/cpu).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-benchmarks}"

@@ -1,4 +1,5 @@
-"""The CPU Shakespeare study's mean test-accuracy curves -> docs/shakespeare_curves.png.
+"""The CPU Shakespeare study's mean test-accuracy curves -> docs/shakespeare_curves.png, and
+both accuracies (test_accuracy, test_accuracy_in_vocab) at the last round, mean +- sample std.
 
     .venv/bin/python results/shakespeare_cpu/plot_curves.py   (from the repository root)
 """
@@ -20,22 +21,27 @@ GROUPS = {"FedAvg": "fedavg-roles-betadefault-E1-global",
           "SCAFFOLD": "scaffold-roles-beta0-E1-global",
           "SCAFFOLD+RI": "scaffold-roles-beta0.1-E1-global"}
 
-fig, ax = plt.subplots(figsize=(7, 4))
-for name, prefix in GROUPS.items():
-    curves = []
+def curves(prefix, field):
+    """(rounds, [seeds, evaluations] in %) of `field` over the seeds of one method."""
+    runs = []
     for folder in sorted(glob.glob(f"results/shakespeare_cpu/{prefix}-s*")):
         with open(os.path.join(folder, "metrics.jsonl")) as f:
             rows = [json.loads(line) for line in f]
-        points = [(r["round"], r["test_accuracy"]) for r in rows if "test_accuracy" in r]
-        rounds = [r for r, _ in points]
-        curves.append([a for _, a in points])
-    c = 100 * np.array(curves)
-    print(f"{name}: round {rounds[-1]} {c[:, -1].mean():.2f} +- {sample_std(c[:, -1]):.2f} "
-          f"(n={len(c)})")
+        runs.append([(r["round"], r[field]) for r in rows if field in r])
+    return [r for r, _ in runs[0]], 100 * np.array([[a for _, a in run] for run in runs])
+
+
+fig, ax = plt.subplots(figsize=(7, 4))
+for name, prefix in GROUPS.items():
+    for field in ("test_accuracy", "test_accuracy_in_vocab"):
+        rounds, c = curves(prefix, field)
+        print(f"{name}: {field} round {rounds[-1]} {c[:, -1].mean():.2f} +- "
+              f"{sample_std(c[:, -1]):.2f} (n={len(c)})")
+    rounds, c = curves(prefix, "test_accuracy")
     ax.plot(rounds, c.mean(0), label=name)
     ax.fill_between(rounds, c.min(0), c.max(0), alpha=0.2)
 ax.set_xlabel("round")
-ax.set_ylabel("test accuracy (%), in vocabulary")
+ax.set_ylabel("test accuracy (%)")
 ax.legend()
 ax.grid(alpha=0.3)
 ax.set_title("Shakespeare, CPU preset: 100 roles, 10 per round, K = 10 x 4 windows")
