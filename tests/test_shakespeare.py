@@ -251,6 +251,46 @@ def test_a_text_clients_size_is_its_non_pad_targets(tmp_path):
     assert sizes.tolist() == want and len(set(want)) > 1
 
 
+def test_fused_lstm_equals_flax_scan_in_float64():
+    """The fused recurrence (hand-written backward, weight gradients as one GEMM) is flax's
+    nn.RNN(OptimizedLSTMCell): the same parameters from the same key, and in float64 the same
+    loss and gradients (any float32 gap is rounding), on windows with PAD, BOS and EOS."""
+    x, y = sh.to_sequences(["To be, or not to be", "Ay, there's the rub.", "So."], length=12)
+    fused, scan = (models.get("lstm", sh.VOCAB_SIZE, recurrence=r) for r in ("fused", "scan"))
+    params = fused.init(jax.random.key(0), (12,))
+    same = jax.tree.map(lambda a, b: bool(np.array_equal(a, b)), params,
+                        scan.init(jax.random.key(0), (12,)))
+    assert all(jax.tree.leaves(same))
+    with jax.enable_x64(True):
+        p64 = jax.tree.map(lambda a: a.astype(jnp.float64), params)
+        got = {name: jax.jit(jax.value_and_grad(tasks.next_character_loss(m.apply)))(
+            p64, (x, y), None) for name, m in (("fused", fused), ("scan", scan))}
+    np.testing.assert_allclose(float(got["fused"][0]), float(got["scan"][0]), rtol=1e-13)
+    for a, b in zip(jax.tree.leaves(got["fused"][1]), jax.tree.leaves(got["scan"][1])):
+        assert np.max(np.abs(a - b)) <= 1e-12 * np.max(np.abs(b))  # measured ~1e-15
+    with pytest.raises(ValueError, match="recurrence"):
+        models.get("lstm", sh.VOCAB_SIZE, recurrence="cudnn").init(jax.random.key(0), (4,))
+
+
+def test_fused_lstm_under_vmap_and_in_a_federated_round():
+    """The custom backward under vmap (clients side by side) equals the sequential clients'
+    (float rounding), as a round trains them."""
+    data = sh.pack([sh.to_sequences([f"Speech {i} of client {c}." * (c + 1) for i in range(3)],
+                                    length=8) for c in range(4)])
+    model = models.get("lstm", sh.VOCAB_SIZE)
+    batches, _ = sh.round_batches(data, np.arange(4), batch_size=2, rng=np.random.default_rng(0),
+                                  steps=2)
+    outs = {}
+    for execution in ("sequential", "vmap"):
+        algo = algorithms.fedavg(tasks.next_character_loss(model.apply),
+                                 runtime=Runtime(execution=execution))
+        state = algo.init(model.init(jax.random.key(0), (8,)), num_clients=4)
+        outs[execution] = algo.apply(state, RoundInput(np.arange(4), batches, 0.5),
+                                     jax.random.key(1))[0].params
+    for a, b in zip(jax.tree.leaves(outs["vmap"]), jax.tree.leaves(outs["sequential"])):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
+
+
 SHARED = os.path.normpath(fetch.SHARED)
 
 
