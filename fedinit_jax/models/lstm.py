@@ -34,33 +34,39 @@ def _shift(a):
     return jnp.concatenate([jnp.zeros_like(a[:1]), a[:-1]])
 
 
-def _recurrence(w_x, w_h, b, xs):
-    """xs [T, B, I] -> (h [T, B, H], c [T, B, H], gates [T, B, 4H] after their activations):
+def _recurrence(w_x, w_h, b, xs, residuals: bool):
+    """xs [T, B, I] -> h [T, B, H], with residuals also c [T, B, H] and the gates
+    [T, B, 4H] after their activations:
     z_t = x_t W_x + b + h_{t-1} W_h = [i, f, g, o] pre-activation,
-    c_t = sigma(f) c_{t-1} + sigma(i) tanh(g),  h_t = sigma(o) tanh(c_t),  h_0 = c_0 = 0."""
-    xw = jnp.einsum("tbi,ig->tbg", xs, w_x) + b[None, None]  # the input projection: one GEMM
+    c_t = sigma(f) c_{t-1} + sigma(i) tanh(g),  h_t = sigma(o) tanh(c_t),  h_0 = c_0 = 0.
+    Training (residuals) projects the inputs in one GEMM before the loop; evaluation, with
+    its large batches, inside it (the [T, B, 4H] projection would not stay in cache)."""
+    if residuals:
+        inputs, project = jnp.einsum("tbi,ig->tbg", xs, w_x) + b[None, None], lambda z: z
+    else:
+        inputs, project = xs, lambda x_t: x_t @ w_x + b[None]
 
-    def step(carry, xw_t):
+    def step(carry, input_t):
         c, h = carry
-        i, f, g, o = jnp.split(xw_t + h @ w_h, 4, -1)
+        i, f, g, o = jnp.split(project(input_t) + h @ w_h, 4, -1)
         i, f, g, o = jax.nn.sigmoid(i), jax.nn.sigmoid(f), jnp.tanh(g), jax.nn.sigmoid(o)
         c = f * c + i * g
         h = o * jnp.tanh(c)
-        return (c, h), (h, c, jnp.concatenate([i, f, g, o], -1))
+        return (c, h), ((h, c, jnp.concatenate([i, f, g, o], -1)) if residuals else h)
 
     zero = _zeros(xs[0], w_h.shape[0])
-    return jax.lax.scan(step, (zero, zero), xw)[1]
+    return jax.lax.scan(step, (zero, zero), inputs)[1]
 
 
 @jax.custom_vjp
 def lstm_layer(w_x, w_h, b, xs):
     """One LSTM layer, xs [T, B, I] -> h [T, B, H] (time-major), gates in the order i, f, g,
-    o of w_x [I, 4H], w_h [H, 4H], b [4H]."""
-    return _recurrence(w_x, w_h, b, xs)[0]
+    o of w_x [I, 4H], w_h [H, 4H], b [4H]. Not differentiated (evaluation), only h is kept."""
+    return _recurrence(w_x, w_h, b, xs, residuals=False)
 
 
 def _forward(w_x, w_h, b, xs):
-    hs, cs, gates = _recurrence(w_x, w_h, b, xs)
+    hs, cs, gates = _recurrence(w_x, w_h, b, xs, residuals=True)
     return hs, (w_x, w_h, xs, hs, cs, gates)
 
 
