@@ -277,7 +277,7 @@ def test_fused_lstm_under_vmap_and_in_a_federated_round():
     (float rounding), as a round trains them."""
     data = sh.pack([sh.to_sequences([f"Speech {i} of client {c}." * (c + 1) for i in range(3)],
                                     length=8) for c in range(4)])
-    model = models.get("lstm", sh.VOCAB_SIZE)
+    model = models.get("lstm", sh.VOCAB_SIZE, hidden=32)
     batches, _ = sh.round_batches(data, np.arange(4), batch_size=2, rng=np.random.default_rng(0),
                                   steps=2)
     outs = {}

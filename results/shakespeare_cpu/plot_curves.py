@@ -6,11 +6,13 @@ both accuracies (test_accuracy, test_accuracy_in_vocab) at the last round, mean 
 import glob
 import json
 import os
+import sys
 
 import matplotlib
 import numpy as np
 
-from experiments.results import sample_std
+sys.path.insert(0, os.getcwd())  # the repository root: experiments/ is not installed
+from experiments.results import sample_std  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
