@@ -31,10 +31,10 @@ def find_runs(folders, skipped=None) -> list[Run]:
     """Every readable run under the given folders (a folder may itself be a run).
 
     A config.json saved before a field existed reads as that field's "as before" value
-    (experiment.ADDED_FIELDS, as a resumed run does), so it is not a variant of runs that
+    (experiment.saved_config, as a resumed run does), so it is not a variant of runs that
     wrote the field. A run whose config.json, run_info.json or metrics.jsonl is damaged is
     left out; its path and the reason are appended to `skipped` (a list) when one is given."""
-    from fedinit_jax.experiment import ADDED_FIELDS, workdir
+    from fedinit_jax.experiment import saved_config, workdir
 
     runs = []
     for folder in folders:
@@ -44,8 +44,7 @@ def find_runs(folders, skipped=None) -> list[Run]:
             dirs.sort()
             if "config.json" in files and "metrics.jsonl" in files:
                 try:
-                    config = {**ADDED_FIELDS,
-                              **workdir.read_json(os.path.join(root, "config.json"))}
+                    config = saved_config(os.path.join(root, "config.json"))
                     info_path = os.path.join(root, "run_info.json")
                     info = workdir.read_json(info_path) if os.path.exists(info_path) else {}
                     rows = workdir.read_metrics(root)

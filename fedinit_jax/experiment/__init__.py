@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from fedinit_jax import algorithms, checks, data, execution, models
-from fedinit_jax.experiment import tasks
+from fedinit_jax.experiment import tasks, workdir
 from fedinit_jax.federated_round import CLIENT_STATE_DTYPES, DELTA_FROM
 from fedinit_jax.types import FederatedAlgorithm, RoundInput, Runtime
 
@@ -31,6 +31,14 @@ OPTIONS = ("delta_from", "weight_decay", "clip_norm")
 # config.json without such a field resumes under a config that keeps this value
 ADDED_FIELDS = {"client_state_dtype": "float32", "participation_mode": "fixed",
                 "local_steps": 0, "aggregation": "uniform"}
+
+
+def saved_config(path: str) -> dict:
+    """A run's config.json, every field added since it was saved at its "as before" value
+    (ADDED_FIELDS): what resuming it means, and what a report compares."""
+    return {**ADDED_FIELDS, **workdir.read_json(path)}
+
+
 AGGREGATIONS = ("uniform", "size")  # the server's mean over S: 1 / |S|, or n_i / sum_S n_j
 
 

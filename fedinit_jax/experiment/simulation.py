@@ -119,7 +119,7 @@ def rounds_done(workdir: str, config: dict) -> int:
     path = os.path.join(workdir, "config.json")
     if not os.path.exists(path):
         return 0
-    saved = {**experiment.ADDED_FIELDS, **workdir_lib.read_json(path)}
+    saved = experiment.saved_config(path)
     diff = sorted(k for k in set(saved) | set(config)
                   if k not in RESUMABLE_CHANGES and saved.get(k) != config.get(k))
     done = max([0] + [r["round"] for r in read_metrics(workdir)[-1:]]
