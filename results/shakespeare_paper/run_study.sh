@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The published Shakespeare setting (experiments/configs/shakespeare.py, preset paper: Reddi et
+# al. 2021's FedAvg, 1,108 roles, 10 a round, 1 local epoch of batches of 4, 1,200 rounds,
+# clients weighted by their tokens): FedAvg, FedInit (beta 0.1) with Algorithm 1's aggregation
+# (global) and with the authors' (start), seed 0. Resumable: rerun the same command, finished
+# cells are skipped, unfinished ones resume from their last checkpoint (every 100 rounds).
+#   bash results/shakespeare_paper/run_study.sh [RESULTS_DIR [--config.FIELD=VALUE ...]]
+set -euo pipefail
+# Expected duration on 2 cores: 1,200 rounds of 3.5-6.1 s and 25 evaluations of all 1,108 roles (19 s) a cell, ~1.7 h; ~5 h for the 3.
+source "$(dirname "$0")/../study.sh" experiments/configs/shakespeare.py:paper "$@"
+sweep --algorithms=fedavg,fedinit --seeds=0
+sweep --algorithms=fedinit --delta_from=start --seeds=0
+report
