@@ -2,7 +2,9 @@
 the model's two recurrences (models/lstm.py: `scan`, flax's nn.RNN(OptimizedLSTMCell)
 differentiated by JAX; `fused`, the hand-written backward with the weight gradients as one
 GEMM over all positions), the scan form with only its input projection hoisted out of the
-time loop, and PyTorch's nn.LSTM (oneDNN) when torch is installed. One client, K SGD steps
+time loop, the fused form as a wavefront over the two layers (one loop of T + 1 iterations,
+layer 1 at t beside layer 2 at t - 1, forward and backward: half the loop iterations), and
+PyTorch's nn.LSTM (oneDNN) when torch is installed. One client, K SGD steps
 (a jitted lax.scan for JAX), B windows of 80 characters; median of the repeats, round-robin.
 
     JAX_PLATFORMS=cpu .venv/bin/python benchmarks/lstm_forms.py [--batch 4 10] [--steps 10]
@@ -23,7 +25,7 @@ import optax  # noqa: E402
 
 from fedinit_jax import models  # noqa: E402
 from fedinit_jax.data import shakespeare  # noqa: E402
-from fedinit_jax.models.lstm import cell_weights  # noqa: E402
+from fedinit_jax.models.lstm import _shift, cell_weights  # noqa: E402
 
 
 def hoisted_layer(p, xs):
@@ -46,6 +48,87 @@ def hoisted_apply(params, tokens):
     h = params["Embed_0"]["embedding"][tokens]
     for layer in range(2):
         h = hoisted_layer(params[f"OptimizedLSTMCell_{layer}"], h)
+    return h @ params["Dense_0"]["kernel"] + params["Dense_0"]["bias"]
+
+
+def _cell(z, c):
+    """One LSTM cell step from the pre-activation z: (h, c, activated gates)."""
+    i, f, g, o = jnp.split(z, 4, -1)
+    i, f, g, o = jax.nn.sigmoid(i), jax.nn.sigmoid(f), jnp.tanh(g), jax.nn.sigmoid(o)
+    c = f * c + i * g
+    return o * jnp.tanh(c), c, jnp.concatenate([i, f, g, o], -1)
+
+
+def _dz(dh, dc_next, gate, tanh_c, c_prev):
+    """A cell step's backward (models/lstm.py _backward): dL/dz and dL/dc_{t-1}."""
+    i, f, g, o = jnp.split(gate, 4, -1)
+    dc = dc_next + dh * o * (1 - tanh_c * tanh_c)
+    return jnp.concatenate([dc * g * i * (1 - i), dc * c_prev * f * (1 - f),
+                            dc * i * (1 - g * g), dh * tanh_c * o * (1 - o)], -1), dc * f
+
+
+def _wavefront_forward(ws, xs):
+    """Iteration k runs layer 1 at t = k and layer 2 at t = k - 1 (zero state at k = 0)."""
+    (wx0, wh0, b0), (wx1, wh1, b1) = ws
+    proj = jnp.einsum("tbi,ig->tbg", xs, wx0) + b0
+    proj = jnp.concatenate([proj, jnp.zeros_like(proj[:1])])
+
+    def step(carry, inputs):
+        h0, c0, h1, c1 = carry
+        proj_k, k = inputs
+        n0 = _cell(proj_k + h0 @ wh0, c0)
+        n1 = _cell(h0 @ wx1 + h1 @ wh1 + b1, c1)
+        started = (k >= 1).astype(xs.dtype)
+        return (n0[0], n0[1], n1[0] * started, n1[1] * started), (*n0, *n1)
+
+    zero = jnp.zeros((xs.shape[1], wh0.shape[0]), xs.dtype)
+    out = jax.lax.scan(step, (zero,) * 4, (proj, jnp.arange(len(proj))))[1]
+    return [a[:-1] for a in out[:3]], [a[1:] for a in out[3:]]
+
+
+@jax.custom_vjp
+def wavefront_layers(ws, xs):
+    """The two LSTM layers (time-major) as one wavefront loop: the same values as two fused
+    layers, forward and backward (`measure` prints the largest gradient difference)."""
+    return _wavefront_forward(ws, xs)[1][0]
+
+
+def _wavefront_fwd(ws, xs):
+    first, second = _wavefront_forward(ws, xs)
+    return second[0], (ws, xs, first, second)
+
+
+def _wavefront_bwd(saved, dhs):
+    """Reverse iteration k: layer 2 at t = k - 1, layer 1 at t = k (it needs layer 2's dz_t
+    from the iteration before); then every weight gradient as one GEMM over all positions."""
+    ((wx0, wh0, _), (wx1, wh1, _)), xs, (h0, c0, g0), (h1, c1, g1) = saved
+    after = lambda a: jnp.concatenate([a, jnp.zeros_like(a[:1])])    # noqa: E731
+    before = lambda a: jnp.concatenate([jnp.zeros_like(a[:1]), a])   # noqa: E731
+
+    def step(carry, inputs):
+        dz0_next, dc0, dz1_next, dc1 = carry
+        (gate0, tanh_c0, c0_prev), (gate1, tanh_c1, c1_prev, dh1_out) = inputs
+        dz1, dc1 = _dz(dh1_out + dz1_next @ wh1.T, dc1, gate1, tanh_c1, c1_prev)
+        dz0, dc0 = _dz(dz0_next @ wh0.T + dz1_next @ wx1.T, dc0, gate0, tanh_c0, c0_prev)
+        return (dz0, dc0, dz1, dc1), (dz0, dz1)
+
+    zero, zero4 = jnp.zeros_like(dhs[0]), jnp.zeros_like(g0[0])
+    inputs = ((after(g0), after(jnp.tanh(c0)), after(_shift(c0))),
+              (before(g1), before(jnp.tanh(c1)), before(_shift(c1)), before(dhs)))
+    dz0, dz1 = jax.lax.scan(step, (zero4, zero, zero4, zero), inputs, reverse=True)[1]
+    dz0, dz1 = dz0[:-1], dz1[1:]
+    grads = [(jnp.einsum("tbi,tbg->ig", x, dz), jnp.einsum("tbh,tbg->hg", _shift(h), dz),
+              jnp.sum(dz, (0, 1))) for x, h, dz in ((xs, h0, dz0), (h0, h1, dz1))]
+    return grads, jnp.einsum("tbg,ig->tbi", dz0, wx0)
+
+
+wavefront_layers.defvjp(_wavefront_fwd, _wavefront_bwd)
+
+
+def wavefront_apply(params, tokens):
+    h = jnp.swapaxes(params["Embed_0"]["embedding"][tokens], 0, 1)
+    ws = [cell_weights(params[f"OptimizedLSTMCell_{layer}"]) for layer in range(2)]
+    h = jnp.swapaxes(wavefront_layers(ws, h), 0, 1)
     return h @ params["Dense_0"]["kernel"] + params["Dense_0"]["bias"]
 
 
@@ -94,9 +177,13 @@ def measure(batch, steps, repeats):
         return lambda: jax.block_until_ready(run(params))
 
     diff = float(jnp.max(jnp.abs(fused.apply(params, x) - scan.apply(params, x))))
+    grads = [jax.grad(functools.partial(loss, apply))(params)
+             for apply in (fused.apply, wavefront_apply)]
+    wave_diff = max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(*map(jax.tree.leaves, grads)))
     variants = {"scan: flax nn.RNN(OptimizedLSTMCell), JAX autodiff": local_steps(scan.apply),
                 "scan, input projection hoisted": local_steps(hoisted_apply),
-                "fused (the model's default)": local_steps(fused.apply)}
+                "fused (the model's default)": local_steps(fused.apply),
+                "fused, wavefront over the 2 layers": local_steps(wavefront_apply)}
     torch_run = torch_steps(x, y, steps)
     if torch_run is not None:
         import torch
@@ -112,7 +199,7 @@ def measure(batch, steps, repeats):
     base = np.median(seconds["scan: flax nn.RNN(OptimizedLSTMCell), JAX autodiff"])
     torch_s = [np.median(s) for n, s in seconds.items() if n.startswith("PyTorch")]
     print(f"\nB={batch} x 80 characters, K={steps} steps; the fused and scan logits differ by "
-          f"at most {diff:.1e}\n")
+          f"at most {diff:.1e}, the fused and wavefront gradients by {wave_diff:.1e}\n")
     print("| LSTM local step form | ms per step | speed vs scan | speed vs PyTorch |\n"
           "|---|---|---|---|")
     for name, s in seconds.items():
