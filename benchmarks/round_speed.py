@@ -17,7 +17,10 @@ loop of the same model in PyTorch (the CNN and ResNet-18-GN have twins here). Th
 table times the test-split evaluation the training binary runs (10,000 images, batches of
 1,000) against PyTorch's; the memory table shows XLA's account of the round with and without
 donating the state; the lstm table times the Shakespeare LSTM round (clients of unequal size:
-fixed K steps, or one epoch each with masked steps; sequential or vmapped) against PyTorch.
+fixed K steps, or one epoch each with masked steps; sequential or vmapped) against PyTorch;
+the bernoulli table times a Bernoulli round (N real clients padded to the static bound of
+100 clients at participation N / 100) on 2 devices with the real clients first, as `data.pad`
+leaves them, and dealt over the devices (`data.spread`, what the run loop does).
 Run it on a quiet machine (nothing else on the cores).
 """
 import argparse
@@ -39,7 +42,7 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
 from experiments.results import markdown  # noqa: E402
-from fedinit_jax import RoundInput, algorithms, models, replicas, tasks  # noqa: E402
+from fedinit_jax import RoundInput, algorithms, data, models, replicas, tasks  # noqa: E402
 
 MEAN, STD = [0.4914, 0.4822, 0.4465], [0.2470, 0.2435, 0.2616]
 
@@ -329,6 +332,33 @@ def algorithm_table(args):
     header = ["algorithm", "s/round", "vs FedAvg", "first round (compile) s", "memory"]
     rows = [[name, f"{s:.3f}", f"{s / base:.3f}x" if base else "-",
              f"{variants[name].compile_seconds:.1f}", _mib(variants[name].memory_bytes)]
+            for name, s in medians.items()]
+    return header, rows
+
+
+def bernoulli_table(args):
+    """A Bernoulli round's real clients first or dealt over 2 devices, against 1 device."""
+    n, k, b = args.clients, args.steps, args.batch
+    slots = data.bernoulli_bound(100, n / 100, multiple=2)
+    base = round_data(slots, k, b)
+    first = base._replace(mask=np.arange(slots) < n)
+    order = data.spread(n, slots, 2)
+    dealt = RoundInput(base.client_ids[order], jax.tree.map(lambda a: a[order], base.batches),
+                       base.local_lr, first.mask[order])
+    variants = {}
+    for name, inp, d in (("real first (data.pad) / 1 dev", first, 1),
+                         ("real first (data.pad) / 2 dev", first, 2),
+                         ("dealt over the devices (data.spread) / 2 dev", dealt, 2)):
+        if d <= len(jax.devices()):
+            print(f"  compiling {name}", flush=True)
+            variants[name] = LibraryRound(args.model, "fedavg", "sequential", "auto", d, inp)
+    medians = time_round_robin(variants, args.repeats)
+    one = medians[next(iter(medians))]
+    header = [f"Bernoulli round, {n} real clients in {slots} slots, sequential", "s/round",
+              "speed vs 1 device", "real clients per device"]
+    rows = [[name, f"{s:.3f}", f"{one / s:.2f}x",
+             " + ".join(str(int(c)) for c in variants[name].inp.mask.reshape(
+                 1 if "1 dev" in name else 2, -1).sum(1))]
             for name, s in medians.items()]
     return header, rows
 
@@ -661,7 +691,8 @@ def main():
     parser.add_argument("--algorithms", nargs="*", default=list(algorithms.REGISTRY))
     parser.add_argument("--algo-execution", default="sequential")
     parser.add_argument("--tables", nargs="*",
-                        default=["speed", "algorithms", "replicas", "eval", "memory", "lstm", "masked"])
+                        default=["speed", "algorithms", "replicas", "eval", "memory", "lstm", "masked",
+                                 "bernoulli"])
     parser.add_argument("--state-clients", type=int, default=100,
                         help="clients C in the state of the memory table")
     parser.add_argument("--replica-betas", nargs="*", type=float, default=[0.0, 0.05, 0.1])
@@ -705,6 +736,8 @@ def main():
         print(markdown(*lstm_table(args)) + "\n", flush=True)
     if "masked" in args.tables:
         print(markdown(*masked_table(args)) + "\n", flush=True)
+    if "bernoulli" in args.tables:
+        print(markdown(*bernoulli_table(args)) + "\n", flush=True)
 
 
 if __name__ == "__main__":

@@ -211,7 +211,9 @@ def train_clients(spec: RoundSpec, runtime: Runtime, state: FedState, round_inpu
     old_clients = load(runtime, tree.gather(state.client_state, counted.ids))
     w_start = tree.relaxed_init(w, load(runtime, tree.gather(state.client_params, counted.ids)),
                                 state.beta)
-    client_keys = jax.random.split(key, counted.ids.shape[0])
+    # a client's key from its id, not its slot: where a client sits (data.spread) and how
+    # many devices share the slots never change its randomness
+    client_keys = jax.vmap(jax.random.fold_in, (None, 0))(key, counted.ids)
     batched = runtime.execution != "sequential"  # clients side by side: select, never cond
     train = functools.partial(client_update, spec, w, state.server_state, lr, batched)
     masked = round_input.mask is not None

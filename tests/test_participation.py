@@ -134,6 +134,69 @@ def test_two_devices_with_padded_slots(varying_rounds, theta0):
     assert_matches(state, history, ref)
 
 
+@pytest.mark.parametrize("devices", [1, 2, 3, 4])
+def test_spread_deals_the_real_clients_round_robin_over_the_device_blocks(devices):
+    """data.spread against a loop: block b holds real entries b, b + D, ... in order, then
+    the padded entries in order; every block gets floor or ceil(|S| / D) real clients."""
+    slots = 12
+    for real in range(slots + 1):
+        order = data.spread(real, slots, devices)
+        padded, want = iter(range(real, slots)), []
+        for b in range(devices):
+            mine = [j for j in range(real) if j % devices == b]
+            want += mine + [next(padded) for _ in range(slots // devices - len(mine))]
+        assert order.tolist() == want, (real, devices)
+        counts = (order < real).reshape(devices, -1).sum(1)
+        assert counts.max() - counts.min() <= 1
+    with pytest.raises(ValueError, match="do not split over 5 devices"):
+        data.spread(3, 12, 5)
+
+
+def noisy_linreg_loss(params, batch, key):
+    """linreg_loss plus a term drawn from the key: a run depends on each client's key."""
+    return linreg_loss(params, batch, key) + 0.1 * jax.numpy.sum(
+        params["w"] * jax.random.normal(key, params["w"].shape))
+
+
+def test_a_clients_randomness_follows_its_id_not_its_slot(varying_rounds, theta0):
+    """The run loop's deal (data.spread over 2 devices) moves the real clients to other slots:
+    with a loss that draws from its key, the rounds equal the compact ones on one device."""
+    compact = padded(varying_rounds, 6)
+    dealt = []
+    for inp in compact:
+        order = data.spread(int(inp.mask.sum()), 6, 2)
+        xs, ys = inp.batches
+        dealt.append(RoundInput(inp.client_ids[order], (xs[order], ys[order]), inp.local_lr,
+                                inp.mask[order]))
+    assert any(not np.array_equal(a.client_ids, b.client_ids) for a, b in zip(dealt, compact))
+    algo = algorithms.fedinit(noisy_linreg_loss, beta=0.1)
+    one = run_inputs(algo.with_runtime(execution="sequential"), theta0, compact)
+    two = run_inputs(algo.with_runtime(execution="sequential", num_devices=2), theta0, dealt)
+    for a, b in zip(jax.tree.leaves(one[0]), jax.tree.leaves(two[0])):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    for a, b in zip(one[1], two[1]):
+        assert a == pytest.approx(b, rel=1e-5, abs=1e-6)
+
+
+def test_the_loop_deals_a_bernoulli_rounds_clients_over_the_devices(tmp_path, monkeypatch):
+    """On 2 devices every round's real slots split evenly over the two halves of the slots
+    (padded after the real ones, all would sit in the first half)."""
+    from conftest import quiet_config
+
+    from fedinit_jax.experiment import simulation
+
+    masks, check = [], simulation.check_round_input
+    monkeypatch.setattr(simulation, "check_round_input",
+                        lambda algo, state, inp: (masks.append(inp.mask), check(algo, state, inp)))
+    simulation.run(quiet_config(participation_mode="bernoulli", num_clients=20,
+                                participation=0.2, num_devices=2, rounds=3, eval_every=3),
+                   str(tmp_path), **QUIET)
+    assert len(masks) == 3 and masks[0].size >= 8
+    for mask in masks:
+        first, second = mask.reshape(2, -1).sum(1)
+        assert abs(first - second) <= 1 and first + second >= 1
+
+
 def test_bernoulli_run_through_the_loop_resumes_exactly(tmp_path):
     """The host loop samples |S| per round, and a run extended from 3 to 6 rounds equals an
     uninterrupted 6-round run."""

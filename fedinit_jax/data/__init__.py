@@ -10,6 +10,7 @@ from fedinit_jax.data.participation import (
     pad,
     sample_bernoulli,
     sample_clients,
+    spread,
 )
 from fedinit_jax.data.partition import dirichlet, iid, pathological, summarize
 from fedinit_jax.data.shards import ClientShards, build_shards, round_batches, steps_per_epoch
@@ -18,4 +19,5 @@ from fedinit_jax.data.tfds_source import load
 __all__ = ["augment", "normalize", "load_digits", "dirichlet", "iid", "pathological",
            "summarize", "ClientShards", "build_shards", "round_batches",
            "sample_clients", "steps_per_epoch", "load", "PARTICIPATION_MODES",
-           "bernoulli_bound", "pad", "sample_bernoulli", "MIN_NONEMPTY", "nonempty_probability"]
+           "bernoulli_bound", "pad", "sample_bernoulli", "MIN_NONEMPTY", "nonempty_probability",
+           "spread"]

@@ -15,6 +15,13 @@ of the devices the clients are split over. Padded slots are masked (RoundInput.m
 train nothing and count in nothing, so the bound never changes a result. A round that samples
 more than the bound (about once in a million rounds) is not cut: it is padded to the next
 multiple of the bound, which compiles that larger round once more.
+
+Split over D devices, the slot axis is cut into D contiguous blocks (one per device), and
+padded slots cost (almost) nothing: `spread` deals the real clients evenly over the blocks,
+so that a Bernoulli round of |S| clients keeps every device busy (padded after the real ones,
+all |S| would land on the first devices). Where a client sits never changes what it computes:
+its batches are built before the deal and its PRNG key comes from its id
+(federated_round.train_clients).
 """
 import math
 
@@ -87,6 +94,26 @@ def bernoulli_bound(num_clients: int, p: float, multiple: int = 1, tail: float =
         else:
             lo = mid + 1
     return -(-hi // multiple) * multiple
+
+
+def spread(num_real: int, num_slots: int, devices: int) -> np.ndarray:
+    """The slot order that deals a padded round's real clients evenly over `devices`
+    contiguous blocks: `a[order]` for every per-slot array `a` of a round padded by `pad`
+    (its num_real real slots first). The j-th real client goes to block j mod D, at place
+    j div D of it; each block's padded slots follow its real ones. num_slots must be a
+    multiple of devices (`bernoulli_bound(..., multiple=devices)` and `pad` keep it so)."""
+    if num_slots % devices:
+        raise ValueError(f"{num_slots} slots do not split over {devices} devices")
+    block = num_slots // devices
+    real = np.arange(num_real)
+    place = np.empty(num_slots, np.int64)  # place[i]: the slot of padded-round entry i
+    place[:num_real] = (real % devices) * block + real // devices
+    filled = np.zeros(num_slots, bool)
+    filled[place[:num_real]] = True
+    place[num_real:] = np.flatnonzero(~filled)
+    order = np.empty(num_slots, np.int64)
+    order[place] = np.arange(num_slots)
+    return order
 
 
 def pad(ids: np.ndarray, size: int):

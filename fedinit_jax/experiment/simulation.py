@@ -5,7 +5,8 @@ Per round t (0-based), everything random is derived from (seed, t):
     client ids   np.random.default_rng([seed, 1, t])   uniform, without replacement (fixed),
                                                         or each with probability p (bernoulli)
     batch order  np.random.default_rng([seed, 2, t])   each local epoch reshuffles
-    PRNG key     fold_in(key(seed), t)                  split per client, then per step
+    PRNG key     fold_in(key(seed), t)                  folded with each client's id, then
+                                                        split per step
     local lr     eta_l * decay ** t
 so a resumed run recomputes rounds after its last checkpoint bit for bit.
 
@@ -396,6 +397,11 @@ def _train_round(exp, config, state, t, root_key, decay, last_checkpoint, log, s
     t0 = time.perf_counter()
     ids, mask = _sample(exp, config, t, log)
     batches, step_mask = exp.round_batches(ids, np.random.default_rng([config["seed"], 2, t]))
+    devices = exp.algorithm.runtime.num_devices or 1
+    if mask is not None and devices > 1:  # the real clients dealt evenly over the devices
+        order = data.spread(int(mask.sum()), mask.size, devices)
+        ids, mask, batches, step_mask = jax.tree.map(lambda a: a[order],
+                                                     (ids, mask, batches, step_mask))
     _log_new_shape(step_mask, t, seen_steps, log)
     lr = np.float32(config["local_lr"] * decay ** t)
     round_input = experiment.round_input(config, exp.client_sizes, ids, mask, batches,

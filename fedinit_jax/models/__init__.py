@@ -34,6 +34,7 @@ _MODULES = {
     "resnet18_gn_cifar": lambda n, **kw: ResNet18GN(num_classes=n, imagenet_stem=False, **kw),
     "vgg11": lambda n, **kw: VGG11Net(num_classes=n, **kw),
     "mlp": lambda n, conv=None, **kw: MLP(num_classes=n, **kw),
+    "linear": lambda n, conv=None, **kw: MLP(num_classes=n, hidden_layers=0, **kw),
     "lstm": lambda n, conv=None, **kw: CharLSTM(vocab_size=n, **kw),
 }
 SEQUENCE_MODELS = ("lstm",)  # inputs are token ids [B, T], outputs logits [B, T, V]
