@@ -345,20 +345,19 @@ def bernoulli_table(args):
     order = data.spread(n, slots, 2)
     dealt = RoundInput(base.client_ids[order], jax.tree.map(lambda a: a[order], base.batches),
                        base.local_lr, first.mask[order])
-    variants = {}
+    variants, per_device = {}, {}
     for name, inp, d in (("real first (data.pad) / 1 dev", first, 1),
                          ("real first (data.pad) / 2 dev", first, 2),
                          ("dealt over the devices (data.spread) / 2 dev", dealt, 2)):
         if d <= len(jax.devices()):
             print(f"  compiling {name}", flush=True)
             variants[name] = LibraryRound(args.model, "fedavg", "sequential", "auto", d, inp)
+            per_device[name] = " + ".join(str(c) for c in inp.mask.reshape(d, -1).sum(1))
     medians = time_round_robin(variants, args.repeats)
     one = medians[next(iter(medians))]
     header = [f"Bernoulli round, {n} real clients in {slots} slots, sequential", "s/round",
               "speed vs 1 device", "real clients per device"]
-    rows = [[name, f"{s:.3f}", f"{one / s:.2f}x",
-             " + ".join(str(int(c)) for c in variants[name].inp.mask.reshape(
-                 1 if "1 dev" in name else 2, -1).sum(1))]
+    rows = [[name, f"{s:.3f}", f"{one / s:.2f}x", per_device[name]]
             for name, s in medians.items()]
     return header, rows
 
