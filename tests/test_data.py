@@ -56,6 +56,26 @@ def test_embedded_digits():
     assert len(y) + len(ty) == 1797 and x.max() == 255
 
 
+def test_embedded_digits_are_sklearns(monkeypatch):
+    """Read from scikit-learn's file without importing it, the digits are load_digits' own,
+    and so are they through the fallback (no file found)."""
+    from sklearn.datasets import load_digits
+
+    from fedinit_jax.data import embedded
+
+    ref = load_digits()
+    want = np.round(ref.images * (255 / 16)).astype(np.uint8)[..., None], ref.target
+    order = np.random.default_rng(0).permutation(1797)
+    for split, idx in (("train", order[:1437]), ("test", order[1437:])):
+        x, y, _ = embedded.load_digits(split)
+        np.testing.assert_array_equal(x, want[0][idx])
+        np.testing.assert_array_equal(y, want[1][idx])
+    monkeypatch.setattr(embedded.importlib.util, "find_spec", lambda name: None)
+    x, y, _ = embedded.load_digits("test")
+    np.testing.assert_array_equal(x, want[0][order[1437:]])
+    np.testing.assert_array_equal(y, want[1][order[1437:]])
+
+
 # ------------------------------------------------------------------ partitioners
 
 labels_strategy = st.integers(2, 10).flatmap(
