@@ -31,6 +31,23 @@ def test_cnn_forward_and_flops():
     assert 2 * macs <= flops <= 2 * macs * 1.1
 
 
+def test_cnn_in_bfloat16_keeps_float32_parameters_and_logits():
+    """dtype=bfloat16 computes in bfloat16 (flax's mixed precision): float32 parameters and
+    logits, within bfloat16 rounding of the float32 model's; the default keeps the inputs'
+    dtype (float64 here), which the float64 gradient checks rely on."""
+    x = jax.random.normal(jax.random.key(1), (4, 32, 32, 3))
+    params = models.get("cnn", 10).init(jax.random.key(0), (32, 32, 3))
+    want = models.get("cnn", 10).apply(params, x)
+    got = models.get("cnn", 10, dtype=jnp.bfloat16).apply(params, x)
+    assert got.dtype == jnp.float32
+    assert float(jnp.max(jnp.abs(got - want))) <= 0.05 * float(jnp.max(jnp.abs(want)))
+    assert float(jnp.max(jnp.abs(got - want))) > 0  # really computed in bfloat16
+    with jax.enable_x64():
+        params64 = jax.tree.map(lambda a: a.astype(jnp.float64), params)
+        out = models.get("cnn", 10).apply(params64, x.astype(jnp.float64))
+        assert out.dtype == jnp.float64
+
+
 def test_unknown_model():
     with pytest.raises(ValueError, match="available: cnn"):
         models.get("resnet50", num_classes=10)
