@@ -50,6 +50,9 @@ cnn_steps=$(( steps < 10 ? steps : 10 ))
   [ "$dry" = 1 ] || "$py" benchmarks/round_speed.py --model "$cnn" --clients "$clients" --steps "$cnn_steps" \
     --batch "$batch" --repeats "$repeats" --variants vmap:xla:1 sequential:xla:1 \
     --naive-convs xla "${torch_args[@]}" "${small[@]}" --tables speed eval
+  # the reference CNN's step in float32 vs bfloat16 (slower on XLA:CPU; native on the GPU)
+  "$py" benchmarks/conv_dtype.py --convs xla --batch "$batch" --steps "$cnn_steps" \
+    --repeats $(( repeats + 2 ))
   # R federations (a beta sweep) in one vmapped program against R separate runs
   "$py" benchmarks/round_speed.py --model "$cnn" --clients "$clients" --steps "$cnn_steps" \
     --batch "$batch" --repeats "$repeats" "${replicas[@]}" --tables replicas

@@ -24,7 +24,8 @@ def test_gpu_script_dry_run(tmp_path):
     assert "Traceback" not in out and "error" not in out.lower(), out[-3000:]
     for table in ("| variant | s/round |", "| evaluation of 200 images |",
                   "| algorithm | s/round | vs FedAvg |", "| federations (one device) |",
-                  "| LSTM round", "| preset | D |", "GFLOP per round per device"):
+                  "| LSTM round", "| preset | D |", "GFLOP per round per device",
+                  "| xla | bfloat16 |"):
         assert table in out, table
     assert "| fedavg |" in out and "1.000x" in out
     ratio = {line.split(" | ")[0]: float(line.split(" | ")[-1].rstrip(" |x"))
