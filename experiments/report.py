@@ -14,6 +14,9 @@ Writes Markdown tables to stdout and <out>/tables.md, and PNG figures to <out>:
   Table 9    communication and storage from the algorithms' declared messages and state
   fig1a_epochs.png  accuracy vs local epochs;  fig1b_beta.png  accuracy vs beta
   fig2_<setting>.png  accuracy and both divergences per round for every beta
+  curves_<setting>.png  test accuracy and train loss per round, one line per method (mean
+             over seeds, band from the lowest to the highest seed); unfinished runs dashed, up
+             to the round they reached (they are left out of every table)
 """
 import os
 import sys
@@ -220,6 +223,66 @@ def figures(runs, out, window, last):
     return written
 
 
+def curve_lines(runs, unfinished):
+    """{setting: [(field, label, finished, rounds, [seeds, rounds] values)]}: test accuracy (%)
+    and train loss per round, one line per method; finished runs merged over their seeds
+    (rounds every seed has), unfinished ones labelled with the round they reached."""
+    from experiments import results as R
+
+    groups = defaultdict(lambda: defaultdict(list))
+    for run in runs + unfinished:
+        groups[R.setting(run.config)][(R.method(run.config), R.finished(run))].append(run)
+    lines = {}
+    for s, by_method in sorted(groups.items()):
+        lines[s] = []
+        for (name, done), chosen in sorted(by_method.items(), key=lambda kv: (
+                not kv[0][1], _method_order(kv[0][0]))):
+            label = (f"{name} (n={len(chosen)})" if done else
+                     f"{name}, unfinished (to round {max(len(r.rows) for r in chosen)})")
+            for field, scale in (("test_accuracy", 100), ("train_loss", 1)):
+                curves = [dict(zip(*R.curve(run, field))) for run in chosen]
+                rounds = sorted(set.intersection(*(set(c) for c in curves)))
+                if rounds:
+                    values = scale * np.array([[c[t] for t in rounds] for c in curves])
+                    lines[s].append((field, label, done, np.array(rounds), values))
+    return lines
+
+
+def curve_figures(runs, unfinished, out):
+    """curves_<setting>.png per setting (curve_lines): finished methods solid (mean over the
+    seeds, band from the lowest to the highest), unfinished runs dashed. Returns the names."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for s, lines in curve_lines(runs, unfinished).items():
+        fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+        panels = dict(zip(("test_accuracy", "train_loss"), axes))
+        labels = list(dict.fromkeys(label for _, label, *_ in lines))
+        palette = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
+        for field, label, done, rounds, values in lines:
+            color = palette(labels.index(label) % palette.N)
+            panels[field].plot(rounds, values.mean(0), label=label, color=color,
+                               ls="-" if done else "--")
+            if len(values) > 1:
+                panels[field].fill_between(rounds, values.min(0), values.max(0), alpha=0.15,
+                                           color=color)
+        for ax, title in zip(axes, ("test accuracy (%)", "train loss")):
+            ax.set_title(title)
+            ax.set_xlabel("round")
+            ax.grid(alpha=0.3)
+        axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
+        fig.suptitle(s)
+        fig.tight_layout()
+        fname = "curves_" + s.replace(" ", "_").replace("%", "pct") + ".png"
+        fig.savefig(os.path.join(out, fname), dpi=110)
+        plt.close(fig)
+        written.append(fname)
+    return written
+
+
 def _delta_tag(config):
     return " [start]" if config.get("delta_from") == "start" else ""
 
@@ -253,8 +316,9 @@ def report(folders, out, window=5, last=50, target=None) -> str:
     skipped = []
     found = R.label_variants(R.find_runs(folders, skipped))
     runs = R.unique([r for r in found if R.finished(r)])  # a finished copy of a cell first
+    unfinished_runs = [r for r in found if not R.finished(r)]
     unfinished = sorted(os.path.relpath(r.path, os.path.commonpath(folders))
-                        for r in found if not R.finished(r))
+                        for r in unfinished_runs)
     if not runs:
         raise ValueError(f"no finished runs (config.json + metrics.jsonl up to config.rounds) "
                          f"under {', '.join(folders)}")
@@ -271,10 +335,10 @@ def report(folders, out, window=5, last=50, target=None) -> str:
         "## Seconds per round (median over rounds and seeds)", table7,
         "## Rounds and time to target accuracy", table8,
         "## Communication and storage per round (Table 9)", cost_table(runs)])
-    pngs = figures(runs, out, window, last)
-    text += "\n\nFigures: " + (", ".join(pngs) if pngs else "none (need >1 beta or epochs)")
+    pngs = figures(runs, out, window, last) + curve_figures(runs, unfinished_runs, out)
+    text += "\n\nFigures: " + ", ".join(pngs)
     if unfinished:
-        text += f"\n\nLeft out, unfinished: {', '.join(unfinished)}"
+        text += f"\n\nLeft out of the tables, unfinished: {', '.join(unfinished)}"
     if skipped:
         text += "\n\nLeft out, unreadable: " + "; ".join(f"{path} ({why})" for path, why in skipped)
     with open(os.path.join(out, "tables.md"), "w") as f:

@@ -181,9 +181,12 @@ def sample_std(values) -> float:
 
 
 def mean_std(values) -> str:
+    """'mean ± sample std (n=...)'; a single value has no spread: 'value (n=1)'."""
     values = np.asarray(values, np.float64)
     if values.size == 0:
         return "-"
+    if values.size == 1:
+        return f"{values[0]:.2f} (n=1)"
     return f"{values.mean():.2f} ± {sample_std(values):.2f} (n={values.size})"
 
 

@@ -2,10 +2,11 @@
 import json
 import os
 
+import numpy as np
 import pytest
 
 from experiments import results
-from experiments.report import report
+from experiments.report import curve_lines, report
 
 
 def write_run(folder, algorithm, beta, seed, accuracies, seconds=1.0, rounds=None,
@@ -53,7 +54,7 @@ def test_smoothed_max_by_hand(two_folders, tmp_path):
     mean = (0.5 + 1.4 / 3) / 2 * 100
     std = abs(0.5 - 1.4 / 3) / 2 ** 0.5 * 100
     assert f"| FedAvg | {mean:.2f} ± {std:.2f} (n=2) |" in text
-    assert "| FedInit | 70.00 ± 0.00 (n=1) |" in text
+    assert "| FedInit | 70.00 (n=1) |" in text
     assert f"+{70 - mean:.2f}" in text                      # Table 6 gain
     assert "| 1.000 | 0.500 | 1.00x |" in text and "| 1.020 | 0.500 | 1.02x |" in text
     assert os.path.exists(tmp_path / "out" / "tables.md")
@@ -110,14 +111,30 @@ def test_start_variant_is_paired_with_the_beta_zero_runs(two_folders, tmp_path):
     text = report(two_folders, str(tmp_path / "out"), window=3, last=3)
     mean = (0.5 + 1.4 / 3) / 2 * 100  # the FedAvg (beta = 0) runs, as in the test above
     assert f"| start | 0.1 | {mean:.2f} ± " in text and f"{20 - mean:+.2f}" in text
-    assert "| FedInit [start] | 20.00 ± 0.00 (n=1) |" in text
+    assert "| FedInit [start] | 20.00 (n=1) |" in text
 
 
 def test_unfinished_run_is_left_out_and_named(two_folders, tmp_path):
     write_run(os.path.join(two_folders[1], "init1"), "fedinit", None, 1, [0.9, 0.9], rounds=6)
     text = report(two_folders, str(tmp_path / "out"), window=3, last=3)
-    assert "| FedInit | 70.00 ± 0.00 (n=1) |" in text
-    assert "Left out, unfinished: sweep_b/init1" in text
+    assert "| FedInit | 70.00 (n=1) |" in text
+    assert "Left out of the tables, unfinished: sweep_b/init1" in text
+    # the curves: FedAvg over its 2 seeds, FedInit's finished seed, the unfinished one dashed
+    assert "curves_toy_mlp_Dir-0.1_10pct-100_E1.png" in text
+    assert os.path.exists(tmp_path / "out" / "curves_toy_mlp_Dir-0.1_10pct-100_E1.png")
+    found = results.find_runs(two_folders)
+    (lines,) = curve_lines([r for r in found if results.finished(r)],
+                           [r for r in found if not results.finished(r)]).values()
+    accuracy = {label: (done, rounds, values) for field, label, done, rounds, values in lines
+                if field == "test_accuracy"}
+    assert list(accuracy) == ["FedAvg (n=2)", "FedInit (n=1)",
+                              "FedInit, unfinished (to round 2)"]
+    done, rounds, values = accuracy["FedAvg (n=2)"]
+    assert done and list(rounds) == [1, 2, 3, 4, 5, 6]
+    np.testing.assert_allclose(values, [[10, 20, 30, 50, 40, 60], [20, 20, 40, 40, 60, 20]])
+    done, rounds, values = accuracy["FedInit, unfinished (to round 2)"]
+    assert not done
+    np.testing.assert_allclose(values, [[90, 90]])
 
 
 def test_no_runs_is_a_clear_error(tmp_path):
@@ -161,8 +178,8 @@ def test_bad_runs_are_skipped_and_variants_kept_apart(two_folders, tmp_path):
     text = report(two_folders, str(tmp_path / "out"), window=3, last=3)
     mean = (0.5 + 1.4 / 3) / 2 * 100
     assert f"| FedAvg (local_lr=None) | {mean:.2f} ± " in text  # the two seeds, still merged
-    assert "| FedAvg (local_lr=0.05) | 90.00 ± 0.00 (n=1) |" in text
-    assert "Left out, unfinished: sweep_a/copy_unfinished" in text
+    assert "| FedAvg (local_lr=0.05) | 90.00 (n=1) |" in text
+    assert "Left out of the tables, unfinished: sweep_a/copy_unfinished" in text
     assert "damaged/config.json cannot be read" in text and "null_row/metrics.jsonl line 7" in text
 
 
