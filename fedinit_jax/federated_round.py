@@ -17,6 +17,12 @@ Paper Algorithm 1 with an algorithm's Correction plugged in (docs/algorithms.md)
 mean_S(w_iK) + mean_C(h_i) either way (their ServerCorrection.update). With beta = 0, p_i = delta_i
 and the two options are the same algorithm.
 
+With `global` and eta_g = 1 the RI offset compounds: w_new - w^0 = (1 + beta)(w - w^0)
+- beta mean_S(w_i - w^0) + mean_S p_i, and a client never sampled has w_i = w^0, so while most
+sampled clients are new, ||w - w^0|| grows by about (1 + beta) a round. With 10 of 100
+clients a round that phase is short; with 10 of the 1,108 Shakespeare roles it lasted past
+round 70, and FedInit (beta 0.1) diverged there (docs/shakespeare.md). `start` has no such term.
+
 Participation: S is the round input's client_ids. A round whose |S| varies (the authors'
 Bernoulli sampling) pads S to a static N with masked slots (RoundInput.mask): a padded slot
 is skipped, its id is replaced by C so that gathers read a real row and scatters drop it,
