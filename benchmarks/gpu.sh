@@ -52,7 +52,7 @@ cnn_steps=$(( steps < 10 ? steps : 10 ))
     --naive-convs xla "${torch_args[@]}" "${small[@]}" --tables speed eval
   # the reference CNN's step in float32 vs bfloat16 (slower on XLA:CPU; native on the GPU)
   "$py" benchmarks/conv_dtype.py --convs xla --batch "$batch" --steps "$cnn_steps" \
-    --repeats $(( repeats + 2 ))
+    --repeats "$repeats"
   # R federations (a beta sweep) in one vmapped program against R separate runs
   "$py" benchmarks/round_speed.py --model "$cnn" --clients "$clients" --steps "$cnn_steps" \
     --batch "$batch" --repeats "$repeats" "${replicas[@]}" --tables replicas

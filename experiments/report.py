@@ -304,7 +304,8 @@ def _method_order(name):
     return (order.index(head) if head in order else len(order), name)
 
 
-def report(folders, out, window=5, last=50, target=None) -> str:
+def report(folders, out, window=5, last=50, target=None, with_figures=True) -> str:
+    """The tables (returned, and written to <out>/tables.md) and, with with_figures, the PNGs."""
     from experiments import results as R
 
     if not (isinstance(window, int) and window >= 1):
@@ -335,8 +336,9 @@ def report(folders, out, window=5, last=50, target=None) -> str:
         "## Seconds per round (median over rounds and seeds)", table7,
         "## Rounds and time to target accuracy", table8,
         "## Communication and storage per round (Table 9)", cost_table(runs)])
-    pngs = figures(runs, out, window, last) + curve_figures(runs, unfinished_runs, out)
-    text += "\n\nFigures: " + ", ".join(pngs)
+    if with_figures:
+        pngs = figures(runs, out, window, last) + curve_figures(runs, unfinished_runs, out)
+        text += "\n\nFigures: " + ", ".join(pngs)
     if unfinished:
         text += f"\n\nLeft out of the tables, unfinished: {', '.join(unfinished)}"
     if skipped:
