@@ -265,7 +265,7 @@ def curve_figures(runs, unfinished, out):
         for field, label, done, rounds, values in lines:
             color = palette(labels.index(label) % palette.N)
             panels[field].plot(rounds, values.mean(0), label=label, color=color,
-                               ls="-" if done else "--")
+                               ls="-" if done else "--", marker="o" if len(rounds) == 1 else None)
             if len(values) > 1:
                 panels[field].fill_between(rounds, values.min(0), values.max(0), alpha=0.15,
                                            color=color)
