@@ -240,11 +240,9 @@ def curve_lines(runs, unfinished):
             label = (f"{name} (n={len(chosen)})" if done else
                      f"{name}, unfinished (to round {max(len(r.rows) for r in chosen)})")
             for field, scale in (("test_accuracy", 100), ("train_loss", 1)):
-                curves = [dict(zip(*R.curve(run, field))) for run in chosen]
-                rounds = sorted(set.intersection(*(set(c) for c in curves)))
-                if rounds:
-                    values = scale * np.array([[c[t] for t in rounds] for c in curves])
-                    lines[s].append((field, label, done, np.array(rounds), values))
+                rounds, values = _aligned_curves(chosen, field)
+                if len(rounds):
+                    lines[s].append((field, label, done, rounds, scale * values))
     return lines
 
 
@@ -287,13 +285,19 @@ def _delta_tag(config):
     return " [start]" if config.get("delta_from") == "start" else ""
 
 
-def _mean_curve(runs, field):
-    """Mean over runs of a metric, over the rounds every one of them has."""
+def _aligned_curves(runs, field):
+    """(rounds every run has, [runs, rounds] values of the metric over them)."""
     from experiments import results as R
 
     curves = [dict(zip(*R.curve(run, field))) for run in runs]
     rounds = sorted(set.intersection(*(set(c) for c in curves)))
-    return np.array(rounds), np.array([np.mean([c[t] for c in curves]) for t in rounds])
+    return np.array(rounds, dtype=int), np.array([[c[t] for t in rounds] for c in curves])
+
+
+def _mean_curve(runs, field):
+    """Mean over runs of a metric, over the rounds every one of them has."""
+    rounds, values = _aligned_curves(runs, field)
+    return rounds, values.mean(0)
 
 
 def _method_order(name):
