@@ -40,13 +40,10 @@ def gradient(model, params, x, y):
 
 def local_steps(model, params, xs, ys):
     """K SGD steps (lr 0.1) as one jitted scan: () -> (params, losses)."""
-    def loss(p, x, y):
-        return _loss(model, p, x, y)
-
     @jax.jit
     def run(p):
         def step(p, xy):
-            value, grad = jax.value_and_grad(loss)(p, *xy)
+            value, grad = jax.value_and_grad(_loss, argnums=1)(model, p, *xy)
             return jax.tree.map(lambda a, g: a - 0.1 * g, p, grad), value
         return jax.lax.scan(step, p, (xs, ys))
     return lambda: jax.block_until_ready(run(params))

@@ -26,8 +26,6 @@ class CNN(nn.Module):
     @nn.compact
     def __call__(self, x):
         c = max(1, int(64 * self.width))
-        if self.dtype is not None:
-            x = x.astype(self.dtype)
         for _ in range(2):
             x = nn.Conv(c, (5, 5), padding="VALID", kernel_init=TORCH_DEFAULT, dtype=self.dtype,
                         conv_general_dilated=self.conv)(x)
