@@ -213,6 +213,26 @@ def test_a_live_workdir_is_refused(tmp_path):
     assert len(simulation.run(SMALL, str(tmp_path), **QUIET)) == 4  # free again
 
 
+def test_writers_racing_on_one_json_file_each_write_it_whole(tmp_path):
+    """Two sweeps record one cell's status at once: every write lands whole, none fails,
+    no temporary file is left (a shared temporary name failed one writer's rename)."""
+    import json
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fedinit_jax.experiment import workdir
+
+    path = str(tmp_path / "status.json")
+
+    def write(writer):
+        for i in range(300):
+            workdir.write_json(path, {"writer": writer, "i": i, "pad": "x" * 4096})
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(write, range(4)))  # re-raises a writer's error
+    assert json.load(open(path))["i"] == 299
+    assert os.listdir(tmp_path) == ["status.json"]
+
+
 def test_two_processes_on_one_workdir(tmp_path):
     """A second process is refused while the first runs; a SIGKILLed holder leaves no lock."""
     first = train(tmp_path, *SLOW, "--config.rounds=200", wait=False)

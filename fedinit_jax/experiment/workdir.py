@@ -28,6 +28,7 @@ import json
 import os
 import re
 import socket
+import threading
 import time
 
 METRICS = "metrics.jsonl"
@@ -125,12 +126,18 @@ def reporting(path: str):
 
 def atomic_write(path: str, write) -> None:
     """write(f) into a temporary file, then rename it over path: a reader sees the old file or
-    the new one, never half of it; WriteError naming the file when it fails."""
-    tmp = path + ".tmp"
+    the new one, never half of it; WriteError naming the file when it fails. The temporary
+    file is this process's and thread's own, so writers racing on one path (two sweeps
+    recording one cell's status) each rename a whole file: the last one wins."""
+    tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"
     with reporting(path):
-        with open(tmp, "w") as f:
-            write(f)
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "w") as f:
+                write(f)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):  # a failed write leaves no temporary file behind
+                os.remove(tmp)
 
 
 def write_json(path: str, obj) -> None:
