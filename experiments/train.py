@@ -47,10 +47,6 @@ def main(argv):
     # orbax logs every checkpoint step at INFO, and a failed write at ERROR with tracebacks;
     # the binary reports every failure itself, in one line
     logging.set_verbosity(logging.FATAL)
-    # after flag parsing: a bad flag costs no JAX import
-    from fedinit_jax.experiment import distributed as distributed_lib
-    from fedinit_jax.experiment import simulation
-
     if not FLAGS.workdir:
         print("error: --workdir is required", file=sys.stderr)
         sys.exit(2)
@@ -64,6 +60,11 @@ def main(argv):
             sys.exit(2)
         sys.exit(supervise.run_child(FLAGS.distributed_timeout,
                                      FLAGS.num_processes or "all"))
+    # after flag parsing and in the trainer only: neither a bad flag nor a multi-process run's
+    # supervisor pays for JAX's import
+    from fedinit_jax.experiment import distributed as distributed_lib
+    from fedinit_jax.experiment import simulation
+
     try:
         if multi_process:
             distributed_lib.initialize(*by_hand, timeout=FLAGS.distributed_timeout)

@@ -8,7 +8,7 @@ import socket
 import time
 
 import pytest
-from conftest import rows, train, without_timing
+from conftest import rows, train, without_timing, xla_flags
 
 from fedinit_jax.experiment import distributed
 
@@ -22,7 +22,7 @@ BASE = ["--config.num_clients=8", "--config.participation=0.5", "--config.local_
         "--config.eval_every=2", "--config.checkpoint_every=2", "--config.num_devices=4",
         "--config.participation_mode=bernoulli", "--config.execution=vmap",
         "--config.algorithm=scaffold", "--config.beta=0.1", "--config.model=linear"]
-TWO_DEVICES_PER_PROCESS = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+TWO_DEVICES_PER_PROCESS = {"XLA_FLAGS": xla_flags(2)}
 
 
 def _free_port():
@@ -52,7 +52,7 @@ def one_process(tmp_path_factory):
     """The reference: one process with four devices."""
     workdir = tmp_path_factory.mktemp("one_process")
     result = train(workdir, *BASE, *ROUNDS,
-                   env={"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+                   env={"XLA_FLAGS": xla_flags(4)})
     assert result.returncode == 0, result.stderr
     return without_timing(rows(workdir))
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import runtime_matrix
-from conftest import ROOT
+from conftest import ROOT, xla_flags
 
 SHARDS = 4  # subprocesses, so that pytest-xdist spreads the cases over the cores
 
@@ -42,7 +42,7 @@ def test_a_wrong_case_is_caught():
 def _run(*args, devices):
     """The last stdout line of tests/runtime_matrix.py ARGS on `devices` XLA CPU devices."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu",
-           "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+           "XLA_FLAGS": xla_flags(devices)}
     out = subprocess.run([sys.executable, "tests/runtime_matrix.py", *args],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
