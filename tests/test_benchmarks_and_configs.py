@@ -12,10 +12,12 @@ from fedinit_jax import experiment
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.slow  # 45-110 s on 2 cores (six benchmark processes, compile-bound)
 def test_gpu_script_dry_run(tmp_path):
     """benchmarks/gpu.sh --dry-run: every step of the GPU suite (all round_speed tables and
     the planner) on CPU with tiny shapes, so that a lent GPU runs it to the end (the CNN
-    step is step 1's code with the dry run's MLP, so the dry run leaves it out)."""
+    step is step 1's code with the dry run's MLP, so the dry run leaves it out). Marked
+    slow: `pytest -m slow` before changing benchmarks/ or running gpu.sh on a lent GPU."""
     env = {**os.environ, "PYTHON": sys.executable}
     result = subprocess.run(["bash", "benchmarks/gpu.sh", "--dry-run", str(tmp_path)],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
