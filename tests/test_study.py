@@ -73,3 +73,29 @@ def test_authors_preset_is_the_authors_configuration():
                       "local_epochs": 5, "augment": True}
     with pytest.raises(ValueError, match="preset"):
         cpu_cifar10.get_config("gpu")
+
+
+AUTHORS = os.path.join(ROOT, "results", "cpu_cifar10_authors_e5")
+
+
+def test_committed_authors_cells_finished_with_the_preset():
+    """Every cell committed under results/cpu_cifar10_authors_e5 is one that its run_study.sh
+    runs, ran all its rounds, and differs from the preset only in the cell's own fields."""
+    from experiments.configs import cpu_cifar10
+
+    preset = cpu_cifar10.get_config("authors_e5").to_dict()
+    expected = {f"{alg}-dir0.1-betadefault-E5-{delta}-s{s}" for s in SEEDS
+                for alg, delta in (("fedavg", "global"), ("fedinit", "global"),
+                                   ("fedinit", "start"))}
+    committed = [n for n in os.listdir(AUTHORS)
+                 if os.path.exists(os.path.join(AUTHORS, n, "config.json"))]
+    assert set(committed) <= expected, set(committed) - expected
+    for name in committed:
+        folder = os.path.join(AUTHORS, name)
+        config = json.load(open(os.path.join(folder, "config.json")))
+        rows = [json.loads(line) for line in open(os.path.join(folder, "metrics.jsonl"))]
+        assert [r["round"] for r in rows] == list(range(1, preset["rounds"] + 1)), name
+        differ = {k for k in preset if config[k] != preset[k]}
+        assert differ <= {"algorithm", "delta_from", "seed"}, (name, differ)
+        assert name == (f"{config['algorithm']}-dir0.1-betadefault-E5-{config['delta_from']}"
+                        f"-s{config['seed']}")
