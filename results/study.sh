@@ -5,7 +5,8 @@
 # overwritten or silently reused (pass the committed folder to extend it); changes to the
 # repository root; sets $py: the project's venv Python unless PYTHON is set; defines
 #   sweep ARGS...   experiments.sweep of CONFIG into $out (the extra arguments to every sweep)
-#   report          the folder's tables and figures (Markdown and PNGs) into $out/report
+#   report [ARGS]   the folder's tables and figures (Markdown and PNGs) into $out/report
+#                   (ARGS: experiments.report flags, e.g. --window 3 --last 6 for 60 rounds)
 study_config=$1
 study_name=$(basename "$(dirname "$(realpath "$0")")")
 out=$(realpath -m "${2:-$(mktemp -d "${TMPDIR:-/tmp}/$study_name.XXXXXX")}")
@@ -15,4 +16,4 @@ py=${PYTHON:-.venv/bin/python}
 [ -x "$py" ] || { echo "error: $py not found: run the README's install command first, or set PYTHON" >&2; exit 2; }
 echo "results: $out"
 sweep() { "$py" -m experiments.sweep --config "$study_config" --results "$out" "$@" "${extra[@]}"; }
-report() { "$py" -m experiments.report "$out" --out "$out/report"; echo "report: $out/report"; }
+report() { "$py" -m experiments.report "$out" --out "$out/report" "$@"; echo "report: $out/report"; }

@@ -12,4 +12,4 @@ for s in 0 1 2; do
   sweep --algorithms=fedavg,fedinit --seeds=$s
   sweep --algorithms=fedinit --delta_from=start --seeds=$s
 done
-report
+report --window 3 --last 6  # 60 rounds evaluated every 5: as docs/study.md
