@@ -41,12 +41,17 @@ def text(tmp_path_factory):
                   with_figures=False)
 
 
+def _finished_config(folder):
+    """The cell's config.json, once its metrics.jsonl is checked to hold rounds 1..rounds."""
+    config = json.load(open(os.path.join(folder, "config.json")))
+    rows = [json.loads(line) for line in open(os.path.join(folder, "metrics.jsonl"))]
+    assert [r["round"] for r in rows] == list(range(1, config["rounds"] + 1)), folder
+    return config
+
+
 def test_every_cell_finished_with_its_config():
     for name in _cells():
-        folder = os.path.join(RESULTS, name)
-        config = json.load(open(os.path.join(folder, "config.json")))
-        rows = [json.loads(line) for line in open(os.path.join(folder, "metrics.jsonl"))]
-        assert [r["round"] for r in rows] == list(range(1, config["rounds"] + 1)), name
+        config = _finished_config(os.path.join(RESULTS, name))
         assert (config["model"], config["model_width"], config["num_clients"],
                 config["participation"], config["batch_size"]) == ("cnn", 0.25, 100, 0.1, 50)
         assert f"-s{config['seed']}" in name and f"-dir{config['dirichlet_alpha']:g}-" in name
@@ -92,11 +97,8 @@ def test_committed_authors_cells_finished_with_the_preset():
                  if os.path.exists(os.path.join(AUTHORS, n, "config.json"))]
     assert set(committed) <= expected, set(committed) - expected
     for name in committed:
-        folder = os.path.join(AUTHORS, name)
-        config = json.load(open(os.path.join(folder, "config.json")))
-        rows = [json.loads(line) for line in open(os.path.join(folder, "metrics.jsonl"))]
-        assert [r["round"] for r in rows] == list(range(1, preset["rounds"] + 1)), name
-        differ = {k for k in preset if config[k] != preset[k]}
+        config = _finished_config(os.path.join(AUTHORS, name))
+        differ = {k for k in preset if config[k] != preset[k]}  # rounds included
         assert differ <= {"algorithm", "delta_from", "seed"}, (name, differ)
         assert name == (f"{config['algorithm']}-dir0.1-betadefault-E5-{config['delta_from']}"
                         f"-s{config['seed']}")
