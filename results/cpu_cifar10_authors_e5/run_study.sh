@@ -6,7 +6,8 @@
 #   TFDS_DATA_DIR=../shared/tfds bash results/cpu_cifar10_authors_e5/run_study.sh [RESULTS_DIR [--config.FIELD=VALUE ...]]
 # Seeds run one after another, so a stopped study has whole seeds.
 set -euo pipefail
-# Expected duration on 2 cores: 9 cells of 60 rounds at a median 45 s a round (width 1, 50 local steps x ~10 clients; 14-71 s as the Bernoulli rounds vary), i.e. ~7 h.
+# Measured on 2 cores: 9 cells of 60 rounds at a median 32-42 s a round (width 1, 50 local steps x ~10 clients;
+# 14-95 s as the Bernoulli rounds vary), 33-42 min a cell, ~6 h in all (docs/study.md).
 source "$(dirname "$0")/../study.sh" experiments/configs/cpu_cifar10.py:authors_e5 "$@"
 for s in 0 1 2; do
   sweep --algorithms=fedavg,fedinit --seeds=$s
