@@ -1,6 +1,7 @@
 """The committed CPU CIFAR-10 study (results/cpu_cifar10): complete, and the tables of
 docs/study.md are exactly what experiments/report.py regenerates from it (no training here);
-the committed cells of the authors' configuration (results/cpu_cifar10_authors_e5): finished."""
+the authors' configuration (results/cpu_cifar10_authors_e5): all 9 cells finished, and its
+committed report's tables are the regenerated ones."""
 import itertools
 import json
 import os
@@ -85,8 +86,8 @@ AUTHORS = os.path.join(ROOT, "results", "cpu_cifar10_authors_e5")
 
 
 def test_committed_authors_cells_finished_with_the_preset():
-    """Every cell committed under results/cpu_cifar10_authors_e5 is one that its run_study.sh
-    runs, ran all its rounds, and differs from the preset only in the cell's own fields."""
+    """Every cell results/cpu_cifar10_authors_e5/run_study.sh runs is committed, ran all its
+    rounds, and differs from the preset only in the cell's own fields."""
     from experiments.configs import cpu_cifar10
 
     preset = cpu_cifar10.get_config("authors_e5").to_dict()
@@ -95,10 +96,21 @@ def test_committed_authors_cells_finished_with_the_preset():
                                    ("fedinit", "start"))}
     committed = [n for n in os.listdir(AUTHORS)
                  if os.path.exists(os.path.join(AUTHORS, n, "config.json"))]
-    assert set(committed) <= expected, set(committed) - expected
+    assert set(committed) == expected, set(committed) ^ expected
     for name in committed:
         config = _finished_config(os.path.join(AUTHORS, name))
         differ = {k for k in preset if config[k] != preset[k]}  # rounds included
         assert differ <= {"algorithm", "delta_from", "seed"}, (name, differ)
         assert name == (f"{config['algorithm']}-dir0.1-betadefault-E5-{config['delta_from']}"
                         f"-s{config['seed']}")
+
+
+def test_authors_report_tables_are_the_regenerated_ones(tmp_path):
+    """report/tables.md's accuracy and with/without-RI tables are what its run_study.sh's
+    report command regenerates from the committed cells."""
+    text = report([AUTHORS], str(tmp_path), window=WINDOW, last=LAST, with_figures=False)
+    committed = open(os.path.join(AUTHORS, "report", "tables.md")).read()
+    tables = re.findall(r"((?:^\|.*\|\n)+)", text + "\n", re.M)
+    assert len(tables) >= 2 and "n=3" in tables[0] and "unfinished" not in text
+    for table in tables[:2]:
+        assert table in committed, table.splitlines()[0]
