@@ -27,6 +27,8 @@ CPU affinity). Exit code: 0 when every cell is finished (done or diverged), 1 wh
 failed, 2 for bad flags, 75 when cells are still running elsewhere (--nowait), 128 + signal
 when stopped by SIGTERM / SIGINT (the running cells checkpoint first).
 """
+from experiments import early_stop  # noqa: F401, I001 (first: a signal while loading)
+
 import datetime
 import os
 import signal
@@ -102,9 +104,20 @@ def _grid():
     empty = [f"--{f}" for f in ("algorithms", "seeds") if not getattr(FLAGS, f)]
     if empty:
         raise ValueError(f"{' and '.join(empty)} is empty: the grid has no cell")
-    grid = list(cells(FLAGS.config.to_dict()))
+    base = FLAGS.config.to_dict()
+    if base["local_steps"] and len(FLAGS.local_epochs) > 1:
+        raise ValueError(f"--local_epochs={','.join(FLAGS.local_epochs)} with "
+                         f"--config.local_steps={base['local_steps']}: K > 0 local steps "
+                         "replace the local epochs, so these cells would be one run; drop one")
+    grid = list(cells(base))
     for _, config in grid:  # every cell is checked before the first one runs
         experiment.validate(config)
+    names = [name for name, _ in grid]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ValueError(f"cells share a workdir name: {', '.join(twice)} (values that print "
+                         "alike, e.g. --betas=0.1,0.1000001, or --dirichlet_alphas over a "
+                         "dataset whose split is its own); give each cell distinct values")
     if FLAGS.cell is not None and not 0 <= FLAGS.cell < len(grid):
         raise ValueError(f"--cell={FLAGS.cell}: the grid has cells 0..{len(grid) - 1} "
                          "(see --list)")
@@ -246,8 +259,14 @@ def _with_workers(grid, chosen, stop) -> dict:
     pending, running, outcome = list(chosen), {}, {}
     codes = {0: "done", 1: "error", ELSEWHERE_EXIT: "elsewhere"}
     gpus = _gpu_count()  # once: nvidia-smi is a process of its own
+    forwarded = False
     try:
         while pending or running:
+            if stop and not forwarded:  # every running cell checkpoints and ends now
+                forwarded = True
+                for _, proc in running.values():
+                    if proc.poll() is None:
+                        proc.send_signal(stop[0])
             while pending and len(running) < FLAGS.workers and not stop:
                 slot = min(set(range(FLAGS.workers)) - {s for s, _ in running.values()})
                 env, cores = _worker_env(slot, FLAGS.workers, gpus)

@@ -7,6 +7,8 @@ Bad flags or config values print one line naming the field and exit with code 2;
 exits with 3, a failed write with 4, a missing or dead peer process of a multi-process run
 with 5 (experiments/supervise.py), a signal with 128 + its number (after a checkpoint).
 """
+from experiments import early_stop  # noqa: F401, I001 (first: a signal while loading)
+
 import os
 import sys
 

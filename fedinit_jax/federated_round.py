@@ -304,7 +304,11 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, beta: float = 0.0
     pseudo-gradient -mean_S(delta_i); default sgd(1.0), i.e. w <- w + mean delta.
     client_optimizer: see local.py (None: the paper's SGD). runtime: how it runs (Runtime).
     """
+    if not callable(loss_fn):
+        raise ValueError(f"loss_fn={loss_fn!r}: must be a callable (params, batch, key) -> "
+                         "scalar mean loss")
     check_number("beta", beta)  # the paper sweeps -0.2..0.15
+    beta = float(beta)  # a 0-d array too
     check_choice("delta_from", delta_from, DELTA_FROM)
     check_number("clip_norm", clip_norm, 0.0, optional=True)  # None or 0: off
     check_number("weight_decay", weight_decay, 0.0, optional=True)
@@ -313,10 +317,26 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, beta: float = 0.0
         if opt is not None and not isinstance(opt, optax.GradientTransformation):
             raise ValueError(f"{name} must be an optax.GradientTransformation (e.g. "
                              f"optax.adam(1e-3)), got {type(opt).__name__}")
+    if beta != 0 and delta_from == "global" and _keeps_state(server_optimizer):
+        raise ValueError(
+            f"delta_from='global' with beta={beta:g}: the server optimizer keeps state "
+            "(momentum, Adam's moments) and would accumulate the RI offset beta * mean_S(w - "
+            "w_i) that global aggregation puts in its pseudo-gradient, so w drifts; use "
+            "delta_from='start' (the authors' code) or a stateless sgd server step "
+            "(help(fedinit_jax.algorithms.fedavg))")
     spec = RoundSpec(loss_fn, correction, beta, delta_from,
                      optax.sgd(1.0) if server_optimizer is None else server_optimizer,
                      client_optimizer, clip_norm, weight_decay)
     return compile_algorithm(spec, runtime)
+
+
+def _keeps_state(optimizer) -> bool:
+    """True when an optax transformation's state holds arrays (momentum, moments), asked of
+    its abstract init on a 3-parameter model (nothing is allocated)."""
+    if optimizer is None:
+        return False
+    state = jax.eval_shape(optimizer.init, {"w": jax.ShapeDtypeStruct((3,), jnp.float32)})
+    return any(x.shape == (3,) for x in jax.tree.leaves(state))  # not a step count
 
 
 def compile_algorithm(spec: RoundSpec, runtime: Runtime) -> FederatedAlgorithm:

@@ -52,6 +52,12 @@ def linreg_loss(params, batch, key):
     return jnp.mean((x @ params["w"] + params["b"] - y) ** 2)
 
 
+def with_ri(name, beta=0.1) -> dict:
+    """Builder options for `name` + RI: FedAdam's stateful server refuses Algorithm 1's
+    `global` aggregation with RI, so it takes the authors' `start`."""
+    return {"beta": beta, **({"delta_from": "start"} if name == "fedadam" else {})}
+
+
 def counting(loss_fn):
     """(loss_fn that records each time JAX traces it, the list of records)."""
     traces = []

@@ -25,8 +25,16 @@ from fedinit_jax.algorithms.options import shares_fedavg_options
                          ids=[f"{c[0]}-rho{c[1].get('rho', '')}" for c in CASES])
 def test_matches_numpy_reference(linreg_rounds, theta0, name, hparams, ref_kwargs, beta,
                                  delta_from):
-    algo = algorithms.get(name, linreg_loss, beta=beta, delta_from=delta_from, clip_norm=1.0,
-                          weight_decay=1e-3, **hparams)
+    options = algorithms.REGISTRY[name].options
+    if "delta_from" not in options and delta_from == "start":
+        pytest.skip(f"{name}'s server replaces w: delta_from is not its option")
+    if name == "fedadam" and beta and delta_from == "global":
+        with pytest.raises(ValueError, match="keeps state"):  # test_stateful_server_...
+            algorithms.get(name, linreg_loss, beta=beta, delta_from=delta_from, **hparams)
+        return
+    algo = algorithms.get(name, linreg_loss, beta=beta, clip_norm=1.0, weight_decay=1e-3,
+                          **hparams, **({"delta_from": delta_from} if "delta_from" in options
+                                        else {}))
     state, history = run(algo, theta0, linreg_rounds)
     ref = simulate(name, theta0, NUM_CLIENTS, linreg_rounds, beta=beta, delta_from=delta_from,
                    clip=1.0, wd=1e-3, **ref_kwargs)
@@ -75,8 +83,10 @@ def test_every_server_step_takes_an_optax_server_optimizer(linreg_rounds, theta0
     by_opt, _ = run(algorithms.get(name, linreg_loss, beta=0.1,
                                    server_optimizer=optax.sgd(0.5)), theta0, rounds)
     _assert_same(by_lr, by_opt)
-    heavy, _ = run(algorithms.get(name, linreg_loss, beta=0.1,
+    heavy, _ = run(algorithms.get(name, linreg_loss, beta=0.1, delta_from="start",
                                   server_optimizer=optax.sgd(0.5, momentum=0.9)), theta0, rounds)
+    by_lr, _ = run(algorithms.get(name, linreg_loss, beta=0.1, server_lr=0.5,
+                                  delta_from="start"), theta0, rounds)
     assert np.max(np.abs(flat(heavy.params) - flat(by_lr.params))) > 1e-4
 
 
@@ -118,7 +128,9 @@ def test_every_registered_algorithm_starts_clients_from_the_relaxed_initializati
         jax.debug.callback(lambda w: starts.append(np.asarray(w)), params["w"])
         return linreg_loss(params, batch, key)
 
-    algo = algorithms.get(name, recording_loss, beta=0.3, weight_decay=None, clip_norm=None)
+    start = {"delta_from": "start"} if name == "fedadam" else {}  # its Adam refuses `global`
+    algo = algorithms.get(name, recording_loss, beta=0.3, weight_decay=None, clip_norm=None,
+                          **start)
     w = np.array([0.3, -0.2, 0.1, 0.05])
     state = algo.init(params_from(w), num_clients=NUM_CLIENTS)
     w_i = np.random.default_rng(1).normal(size=(NUM_CLIENTS, w.size)).astype(np.float32)
@@ -179,3 +191,58 @@ def test_a_new_algorithm_is_one_registry_line(monkeypatch, linreg_rounds, theta0
     for t, (ids, xs, ys, lr) in enumerate(linreg_rounds[:2]):
         state, _ = algo.apply(state, RoundInput(ids, (xs, ys), lr), jax.random.key(t))
     np.testing.assert_allclose(flat(state.params), theta0 + d1 + 0.5 * d1 + d2, atol=1e-5)
+
+
+def test_stateful_server_optimizer_with_global_ri_is_refused_and_why(linreg_rounds, theta0):
+    """FedInit's `global` aggregation puts the RI offset beta mean_S(w - w_i) into the
+    pseudo-gradient; a server optimizer with state accumulates it (Adam normalises it to a
+    full step per coordinate). Shown on the linear problem: with `start` FedAdam+RI stays
+    near FedAdam, with `global` (built by hand, below the refusal) w runs away."""
+    for build in (lambda: algorithms.fedadam(linreg_loss, beta=0.1),
+                  lambda: algorithms.fedinit(linreg_loss, server_optimizer=optax.adam(0.1)),
+                  lambda: algorithms.fedavg(linreg_loss, beta=0.1,
+                                            server_optimizer=optax.sgd(1.0, momentum=0.9))):
+        with pytest.raises(ValueError, match="delta_from='global' with beta=0.1: the server "
+                                             "optimizer keeps state"):
+            build()
+    # stateless steps and beta = 0 stay allowed
+    algorithms.fedinit(linreg_loss, server_optimizer=optax.sgd(0.5))
+    algorithms.fedadam(linreg_loss)
+    algorithms.fedadam(linreg_loss, beta=0.1, delta_from="start")
+    from fedinit_jax.correction import NONE
+    from fedinit_jax.federated_round import RoundSpec, compile_algorithm
+    from fedinit_jax.types import DEFAULT_RUNTIME
+
+    # 20 clients of different linear targets, 5 a round, local progress small next to the
+    # RI offset (eta_l 0.005): the regime where the offset dominates the pseudo-gradient
+    targets = np.random.default_rng(0).normal(size=(20, 10)).astype(np.float32)
+    late_loss = {}
+    for delta_from in ("start", "global"):
+        spec = RoundSpec(linreg_loss, NONE, 0.1, delta_from, optax.adam(0.1), None, None, None)
+        algo = compile_algorithm(spec, DEFAULT_RUNTIME)
+        state = algo.init({"w": np.zeros(10, np.float32), "b": np.zeros((), np.float32)}, 20)
+        losses = []
+        for t in range(120):
+            rng = np.random.default_rng([t])
+            ids = rng.choice(20, 5, replace=False)
+            x = rng.normal(size=(5, 5, 8, 10)).astype(np.float32)
+            y = np.einsum("nkbd,nd->nkb", x, targets[ids])
+            state, metrics = algo.apply(state, RoundInput(ids, (x, y), np.float32(0.005)),
+                                        jax.random.key(t))
+            losses.append(float(metrics["train_loss"]))
+        late_loss[delta_from] = np.mean(losses[-40:])
+    assert late_loss["global"] > 1.2 * late_loss["start"], late_loss
+
+
+def test_options_a_builder_would_ignore_are_refused():
+    with pytest.raises(ValueError, match="server_lr=0.5: server_optimizer replaces"):
+        algorithms.fedavg(linreg_loss, server_lr=0.5, server_optimizer=optax.sgd(0.1))
+    with pytest.raises(ValueError, match="server_lr=-1"):
+        algorithms.fedavg(linreg_loss, server_lr=-1, server_optimizer=optax.sgd(0.1))
+    for name in ("feddyn", "fedspeed", "fedsmoo"):
+        with pytest.raises(ValueError, match=f"{name} takes no option delta_from"):
+            algorithms.get(name, linreg_loss, delta_from="start")
+    with pytest.raises(ValueError, match="loss_fn=None: must be a callable"):
+        algorithms.fedavg(None)
+    algo = algorithms.fedinit(linreg_loss, beta=np.array(0.1))  # a 0-d array is a number
+    assert algo.spec.beta == pytest.approx(0.1)

@@ -3,7 +3,7 @@ augmented: the image task's loss); the convolutions have their own tests (test_c
 import jax
 import numpy as np
 import pytest
-from conftest import counting
+from conftest import counting, with_ri
 
 from experiments import metrics
 from fedinit_jax import RoundInput, algorithms, models, tasks
@@ -29,7 +29,7 @@ def cnn_task():
 def _run(name, loss_fn, params, rounds, **runtime):
     counting_loss, traces = counting(loss_fn)
 
-    algo = algorithms.get(name, counting_loss, beta=0.1).with_runtime(**runtime)
+    algo = algorithms.get(name, counting_loss, **with_ri(name)).with_runtime(**runtime)
     state = algo.init(params, num_clients=NUM_CLIENTS)
     spec = jax.tree.map(lambda x: (x.shape, x.dtype), state)
     counts, history = [], []

@@ -11,6 +11,7 @@ from conftest import (
     linreg_loss,
     params_from,
     run,
+    with_ri,
 )
 from numpy_reference import simulate
 
@@ -273,8 +274,8 @@ def test_donated_state_gives_the_same_rounds_and_is_consumed(linreg_rounds, thet
     deleted (its buffers were reused), never the caller's params; FedAdam's m and v (equal
     zeros at init) are separate buffers, so donating them is allowed."""
     params = params_from(theta0)
-    plain = algorithms.get(name, linreg_loss, beta=0.1)
-    donating = algorithms.get(name, linreg_loss, beta=0.1).with_runtime(donate_state=True)
+    plain = algorithms.get(name, linreg_loss, **with_ri(name))
+    donating = algorithms.get(name, linreg_loss, **with_ri(name)).with_runtime(donate_state=True)
     a = plain.init(params, num_clients=5)
     b = donating.init(params, num_clients=5)
     for t, (ids, xs, ys, lr) in enumerate(linreg_rounds):

@@ -42,6 +42,21 @@ def test_mock_cifar100(tmp_path):
     assert y.min() >= 0 and y.max() < 100
 
 
+def test_a_cached_label_file_of_floats_is_refused_by_name(tmp_path):
+    """A cached split whose labels are not integers (rewritten as float64 + 0.5) names the
+    cache file instead of hanging the split."""
+    import tensorflow_datasets as tfds
+
+    with tfds.testing.mock_data(num_examples=30):
+        data.load("cifar100", "train", cache_dir=str(tmp_path))
+        (labels,) = [p for p in os.listdir(tmp_path) if p.endswith(".labels.npy")]
+        path = os.path.join(tmp_path, labels)
+        np.save(path, np.load(path).astype(np.float64) + 0.5)
+        with pytest.raises(ValueError, match=f"cached copy .*{labels[:-len('.labels.npy')]}"
+                           r".*labels must be integers"):
+            data.load("cifar100", "train", cache_dir=str(tmp_path))
+
+
 def test_missing_dataset_error_names_dataset_and_dir(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"cifar100.*TFDS_DATA_DIR"):
         data.load("cifar100", "train", data_dir=str(tmp_path), cache_dir=str(tmp_path))
@@ -150,6 +165,9 @@ def test_dirichlet_matches_a_plain_loop_of_the_reference_procedure():
     (lambda y: data.iid(y, 1000), "more than"),
     (lambda y: data.pathological(y, 4, 0), "classes_per_client"),
     (lambda y: data.pathological(y, 4, 11), "classes_per_client"),
+    (lambda y: data.dirichlet(np.array([0, 1, 3] * 200, np.int32), 10, 0.01), r"\[2\]"),
+    (lambda y: data.dirichlet(y + 0.5, 4, 0.1), "integers"),
+    (lambda y: data.iid(-y, 4), "integers >= 0"),
 ])
 def test_partition_bad_input(call, field):
     labels = np.repeat(np.arange(10), 10).astype(np.int32)

@@ -106,6 +106,35 @@ def test_corrupted_latest_checkpoint_falls_back(tmp_path, small_reference):
     assert without_timing(rows(tmp_path)) == small_reference
 
 
+def _damage(folder):
+    for root, _, files in os.walk(folder):
+        for name in files:
+            with open(os.path.join(root, name), "r+b") as f:
+                f.truncate(max(0, os.path.getsize(f.name) // 3))
+
+
+def test_a_finished_run_keeps_its_rows_when_its_only_checkpoint_is_damaged(tmp_path):
+    """keep_checkpoints=1: the finished run's one checkpoint damaged; rerunning the command
+    keeps every row (the run is finished) instead of starting over."""
+    config = quiet_config(rounds=5, checkpoint_every=3, keep_checkpoints=1)
+    simulation.run(config, str(tmp_path), **QUIET)
+    before = rows(tmp_path)
+    _damage(tmp_path / "checkpoints" / "5")
+    simulation.run(config, str(tmp_path), **QUIET)
+    assert rows(tmp_path) == before
+
+
+def test_an_unfinished_run_with_no_readable_checkpoint_is_refused_not_restarted(tmp_path):
+    config = quiet_config(rounds=5, checkpoint_every=3, keep_checkpoints=1)
+    simulation.run(config, str(tmp_path), **QUIET)
+    before = (tmp_path / "metrics.jsonl").read_bytes()
+    _damage(tmp_path / "checkpoints" / "5")
+    with pytest.raises(simulation.WorkdirError, match="rounds 1..5: resuming would start over"):
+        simulation.run({**config, "rounds": 7}, str(tmp_path), **QUIET)
+    assert (tmp_path / "metrics.jsonl").read_bytes() == before
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["5"]  # nothing moved
+
+
 def test_partial_metrics_line_is_dropped(tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"round": 1, "a": 1.0}\n{"round": 2, "a"')
     assert simulation.read_metrics(str(tmp_path)) == [{"round": 1, "a": 1.0}]

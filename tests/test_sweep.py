@@ -82,3 +82,34 @@ def test_sigterm_stops_the_sweep_with_a_status(tmp_path):
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, stderr
     assert "stopped" in status(tmp_path)["fedavg-dir0.1-betadefault-E5-global-s0"]
+
+
+def test_cells_that_would_share_a_workdir_or_be_one_run_are_refused(tmp_path):
+    for flags, message in [
+            (["--betas=0.1,0.1000001"], "cells share a workdir name: fedavg-dir0.1-beta0.1-"),
+            (["--config.local_steps=3", "--local_epochs=1,4"],
+             "--local_epochs=1,4 with --config.local_steps=3")]:
+        refused = sweep(tmp_path, *TINY, *flags, "--list")
+        assert refused.returncode == 2 and message in refused.stderr, refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1
+    assert not os.listdir(tmp_path)
+
+
+def test_sigterm_reaches_the_cells_of_every_worker(tmp_path):
+    """SIGTERM to `sweep --workers=2` stops both running cells at their next round boundary
+    with a checkpoint (not after their last round)."""
+    proc = sweep(tmp_path, *TINY, "--config.rounds=400", "--config.local_epochs=5",
+                 "--config.checkpoint_every=0", "--workers=2", wait=False)
+    cells = [tmp_path / f"{a}-dir0.1-betadefault-E5-global-s0" for a in ("fedavg", "fedinit")]
+    deadline = time.time() + 120
+    while time.time() < deadline and not all((c / "metrics.jsonl").exists() for c in cells):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    start = time.time()
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert time.time() - start < 30
+    for cell in cells:
+        assert "stopped" in status(tmp_path)[cell.name]
+        done = len(open(cell / "metrics.jsonl").readlines())
+        assert done < 400 and os.listdir(cell / "checkpoints") == [str(done)]

@@ -8,14 +8,16 @@ import inspect
 
 # FedAvg's keyword arguments a builder never shares: the plug-in it is built from
 _INTERNAL = ("correction",)
-SERVER_STEP = ("server_lr", "server_optimizer")
+# a server that replaces w (the FedDyn family) takes no step: no step size, no optimizer, and
+# no choice of the update it would step along
+SERVER_STEP = ("server_lr", "server_optimizer", "delta_from")
 
 
 def shares_fedavg_options(fedavg, *, server_step: bool = True, server_optimizer: bool = True):
     """Decorator for a builder `name(loss_fn, *, own hyperparameters, **options)` that passes
     **options on to `fedavg`. server_step=False: the server replaces w instead of stepping
-    along the mean update (the FedDyn family), so server_lr and server_optimizer are not
-    options; server_optimizer=False: the server optimizer is the method's definition
+    along the mean update (the FedDyn family), so server_lr, server_optimizer and
+    delta_from are not options; server_optimizer=False: the server optimizer is the method's definition
     (FedAdam)."""
     refused = set(_INTERNAL)
     if not server_step:

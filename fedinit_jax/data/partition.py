@@ -19,6 +19,9 @@ def _check(labels, num_clients):
     labels = np.asarray(labels)
     if labels.ndim != 1 or labels.size == 0:
         raise ValueError(f"labels must be a non-empty 1-D array, got shape {labels.shape}")
+    if not np.issubdtype(labels.dtype, np.integer) or labels.min() < 0:
+        raise ValueError(f"labels must be integers >= 0 (class indices), got dtype "
+                         f"{labels.dtype}, min {labels.min()}")
     if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
         raise ValueError(f"num_clients={num_clients!r} must be a positive int")
     if num_clients > labels.size:
@@ -44,6 +47,11 @@ def dirichlet(labels, num_clients: int, alpha: float, seed: int = 0) -> np.ndarr
     if not np.isfinite(alpha) or alpha <= 0:
         raise ValueError(f"alpha={alpha!r} must be a finite number > 0 (the paper uses 0.1, 0.6)")
     num_classes = int(labels.max()) + 1
+    empty = np.flatnonzero(np.bincount(labels, minlength=num_classes) == 0)
+    if empty.size:  # its prior mass would be drawn forever: a client could never be filled
+        raise ValueError(f"labels: class(es) {empty.tolist()} of 0..{num_classes - 1} have no "
+                         "example; the Dirichlet split needs every class index 0..K-1 present "
+                         "(relabel the classes contiguously)")
     rng = np.random.default_rng(seed)
     priors = np.cumsum(rng.dirichlet(np.full(num_classes, float(alpha)), size=num_clients), 1)
     pools = _class_pools(labels, num_classes, rng)

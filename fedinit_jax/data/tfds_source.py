@@ -95,6 +95,8 @@ def check_split(images, labels, num_classes, where):
     if images.ndim != 4 or images.dtype != np.uint8:
         raise ValueError(f"{where}: images must be uint8 [n, H, W, C], got {images.dtype} "
                          f"{images.shape}")
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(f"{where}: labels must be integers, got dtype {labels.dtype}")
     if labels.shape != (images.shape[0],):
         raise ValueError(f"{where}: {labels.shape[0]} labels for {images.shape[0]} images")
     if labels.size and (labels.min() < 0 or labels.max() >= num_classes):

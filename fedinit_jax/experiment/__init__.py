@@ -156,8 +156,19 @@ def clients_per_round(config) -> int:
 def algorithm_kwargs(config) -> dict:
     """The builder arguments the config sets (unset hyperparameters keep their defaults)."""
     kwargs = {f: config[f] for f in algorithms.hparam_names() if config.get(f) is not None}
-    kwargs.update({f: config[f] for f in OPTIONS})
+    taken = algorithms.REGISTRY[config["algorithm"]].options
+    kwargs.update({f: config[f] for f in OPTIONS if f in taken})
     return kwargs
+
+
+def options_not_applicable(config) -> dict:
+    """The shared options the config sets that its algorithm does not take (delta_from for
+    the FedDyn family, whose server replaces w): they change nothing, and the binaries say so
+    and record them in run_info.json. A sweep or a paper preset sets them for every method."""
+    taken = algorithms.REGISTRY[config["algorithm"]].options
+    defaults = {"delta_from": "global"}
+    return {f: config[f] for f in OPTIONS
+            if f not in taken and config[f] != defaults.get(f, None)}
 
 
 def runtime(config) -> Runtime:

@@ -33,8 +33,10 @@ class Checkpointer:
         self._manager = self._open()
 
     def _open(self):
+        # cleanup_tmp_directories: a write cut by a kill leaves <round>.orbax-checkpoint-tmp
         options = ocp.CheckpointManagerOptions(max_to_keep=self._keep, create=True,
-                                               enable_async_checkpointing=False)
+                                               enable_async_checkpointing=False,
+                                               cleanup_tmp_directories=True)
         return ocp.CheckpointManager(self._directory, options=options)
 
     def latest_round(self):
@@ -45,14 +47,17 @@ class Checkpointer:
         self._manager.save(rounds_done, args=ocp.args.StandardSave(state), force=True)
         self._manager.wait_until_finished()
 
-    def restore(self, like):
+    def restore(self, like, keep_damaged=False):
         """(rounds done, state) of the newest readable checkpoint, or (0, None) if none is.
 
         The state is shaped like the pytree `like` (e.g. a fresh init state) and returned
         uncommitted (like freshly created arrays), so the round may place it on whatever
-        devices it shards the clients over.
+        devices it shards the clients over. An unreadable checkpoint is moved aside to
+        corrupt-<round>, unless keep_damaged: then nothing is moved and `self.damaged` lists
+        the unreadable rounds (the caller decides, simulation._resume).
         """
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
+        self.damaged = []
         for step in sorted(self._manager.all_steps(), reverse=True):
             try:
                 restored = self._manager.restore(step, args=ocp.args.StandardRestore(abstract))
@@ -64,14 +69,10 @@ class Checkpointer:
                         "layout (another algorithm, or one saved by an earlier fedinit_jax "
                         "whose FedState fields differ); nothing was moved: resume it with the "
                         "version that wrote it, or use a new workdir") from None
-                aside = os.path.join(self._directory, f"corrupt-{step}")
-                self._log(f"checkpoint after round {step} is unreadable "
-                          f"({type(err).__name__}: {str(err).splitlines()[0][:200]}); "
-                          f"moved to {aside}, trying the previous one")
-                self._manager.close()
-                shutil.rmtree(aside, ignore_errors=True)
-                os.replace(os.path.join(self._directory, str(step)), aside)
-                self._manager = self._open()
+                why = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+                self.damaged.append((step, why))
+                if not keep_damaged:
+                    self.set_aside(step, why)
                 continue
             if not all(bool(np.all(np.isfinite(np.asarray(x))))
                        for x in jax.tree.leaves(restored) if np.issubdtype(x.dtype, np.floating)):
@@ -79,6 +80,16 @@ class Checkpointer:
                 continue
             return step, restored
         return 0, None
+
+    def set_aside(self, step: int, why: str) -> None:
+        """Move the unreadable checkpoint after round `step` to checkpoints/corrupt-<step>."""
+        aside = os.path.join(self._directory, f"corrupt-{step}")
+        self._log(f"checkpoint after round {step} is unreadable ({why}); moved to {aside}, "
+                  "trying the previous one")
+        self._manager.close()
+        shutil.rmtree(aside, ignore_errors=True)
+        os.replace(os.path.join(self._directory, str(step)), aside)
+        self._manager = self._open()
 
     def close(self):
         self._manager.close()

@@ -53,21 +53,40 @@ class Stopped(RuntimeError):
                          "checkpoint saved, rerun the same command to resume")
 
 
-# after SIGTERM/SIGINT, the round in progress may take this long (the environment may say less)
-STOP_GRACE_SECONDS = float(os.environ.get("FEDINIT_STOP_GRACE_SECONDS", 20.0))
+GRACE_VARIABLE = "FEDINIT_STOP_GRACE_SECONDS"
+MAX_GRACE_SECONDS = 86400.0
+
+
+def stop_grace_seconds() -> float:
+    """After SIGTERM/SIGINT, how long the round in progress may take before the process exits
+    without a new checkpoint: $FEDINIT_STOP_GRACE_SECONDS, default 20 s; ValueError naming
+    the variable unless it is a number in (0, 86400]."""
+    text = os.environ.get(GRACE_VARIABLE)
+    if text is None:
+        return 20.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= MAX_GRACE_SECONDS:  # nan fails too
+        raise ValueError(f"{GRACE_VARIABLE}={text!r}: must be a number of seconds in "
+                         f"(0, {MAX_GRACE_SECONDS:g}] (unset: 20)")
+    return value
 
 
 class _StopRequest:
     """Remembers SIGTERM/SIGINT instead of dying mid-round, so the run stops at the next round
     boundary with a checkpoint; restores the old handlers.
 
-    A stop never waits long: when the run has not stopped STOP_GRACE_SECONDS after the signal
+    A stop never waits long: when the run has not stopped stop_grace_seconds() after the signal
     (a long round, a stuck host loop), or at a second signal, the process exits at once with
     128 + signal, one line on stderr, keeping the last checkpoint (a batch scheduler's grace
     period before SIGKILL is typically 30 s)."""
 
     def __init__(self):
+        self.grace = stop_grace_seconds()
         self.signum = None
+        self.last_checkpoint = None  # the loop's newest checkpoint, for the forced exit's line
         self._old = {}
         self._timer = None
 
@@ -81,16 +100,17 @@ class _StopRequest:
         if self.signum is not None:  # a second signal: now
             self._force(signum, "a second signal")
         self.signum = signum
-        self._timer = threading.Timer(STOP_GRACE_SECONDS, self._force,
-                                      (signum, f"no round boundary within {STOP_GRACE_SECONDS:g} s"))
+        self._timer = threading.Timer(self.grace, self._force,
+                                      (signum, f"no round boundary within {self.grace:g} s"))
         self._timer.daemon = True
         self._timer.start()
 
-    @staticmethod
-    def _force(signum, why):
+    def _force(self, signum, why):
+        kept = (f"the checkpoint after round {self.last_checkpoint} is kept, rerun the same "
+                "command to resume" if self.last_checkpoint else
+                "no checkpoint was taken yet, rerunning the same command starts over")
         sys.stderr.write(f"stopped by {signal.Signals(signum).name} ({why}): exiting without a "
-                         "new checkpoint; the last one is kept, rerun the same command to "
-                         "resume\n")
+                         f"new checkpoint; {kept}\n")
         sys.stderr.flush()
         os._exit(128 + signum)
 
@@ -224,6 +244,7 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop):
     except (WorkdirError, ValueError):
         checkpointer.close()
         raise
+    stop.last_checkpoint = checkpointer.latest_round()
     decay = experiment.local_lr_decay(config)
     rounds = config["rounds"]
     root_key = jax.random.fold_in(jax.random.key(config["seed"]), 1)
@@ -253,6 +274,7 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop):
                 except WriteError:
                     failed_save = True
                     raise
+                stop.last_checkpoint = t + 1
                 fault("checkpoint_saved", t + 1)
             if stopping:  # a signal on any process stops all of them at this boundary
                 raise Stopped(stop.signum or signal.SIGTERM, t + 1)
@@ -296,7 +318,13 @@ def _write_run_info(exp, config, workdir, log):
         log(f"warning: resuming on {devices} devices, the run so far used "
             f"{before.get('num_devices')}: results may differ in the last bits from an "
             "uninterrupted run (set --config.num_devices to pin it)")
+    not_applicable = experiment.options_not_applicable(config)
+    for field, value in not_applicable.items():
+        log(f"note: config.{field}={value!r} does not apply to {config['algorithm']} (its "
+            "server replaces w, it takes no step along an update); it changes nothing and is "
+            "recorded as such in run_info.json")
     workdir_lib.write_json(info_path, {
+        "options_not_applicable": not_applicable,
         "num_devices_history": history,
         "num_params": sum(int(x.size) for x in jax.tree.leaves(exp.init_params)),
         "num_classes": exp.num_classes,
@@ -311,8 +339,26 @@ def _write_run_info(exp, config, workdir, log):
 
 
 def _resume(checkpointer, state, config, workdir, log):
-    """(rounds done, state, metrics rows 1..rounds done) from the newest good checkpoint."""
-    start, restored = checkpointer.restore(state)
+    """(rounds done, state, metrics rows 1..rounds done) from the newest good checkpoint.
+
+    Rows already written are never dropped for want of a checkpoint: a run whose rows cover
+    config.rounds is finished whatever its checkpoints hold (no state is needed), and an
+    unfinished run whose every checkpoint is unreadable is refused, nothing moved, rather
+    than started over. Past a damaged checkpoint the previous one is used, and the rounds
+    after it recomputed (bit for bit: module doc)."""
+    written = read_metrics(workdir)
+    if len(written) >= config["rounds"]:  # finished: the rows are the results
+        return len(written), state, written
+    start, restored = checkpointer.restore(state, keep_damaged=True)
+    if checkpointer.damaged and not start and written:
+        rounds = ", ".join(f"round {step} ({why})" for step, why in checkpointer.damaged)
+        raise WorkdirError(
+            f"{workdir!r}: the checkpoint after {rounds} is unreadable and no other is left, "
+            f"but {workdir_lib.METRICS} holds rounds 1..{len(written)}: resuming would start "
+            "over and rewrite them. Nothing was changed; to recompute every round, move "
+            f"{workdir_lib.METRICS} and checkpoints/ aside and rerun")
+    for step, why in checkpointer.damaged:
+        checkpointer.set_aside(step, why)
     if start:
         state = restored
         log(f"resumed from the checkpoint after round {start}")
