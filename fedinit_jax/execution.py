@@ -34,6 +34,9 @@ def check_strategy(execution: str, chunk_size) -> None:
     check_choice("execution", execution, STRATEGIES)
     if execution == "chunked":
         check_number("chunk_size", chunk_size, 1, integer=True)
+    elif chunk_size is not None:
+        raise ValueError(f"chunk_size={chunk_size!r}: only execution='chunked' takes a chunk "
+                         f"size (execution={execution!r}); leave it None")
 
 
 def client_mesh(num_devices):

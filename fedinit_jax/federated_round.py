@@ -110,6 +110,8 @@ def check_runtime(runtime: Runtime) -> None:
     if not isinstance(runtime, Runtime):
         raise ValueError(f"runtime must be a fedinit_jax.Runtime, got {type(runtime)}")
     strategies.check_strategy(runtime.execution, runtime.chunk_size)
+    if not isinstance(runtime.donate_state, bool):
+        raise ValueError(f"donate_state={runtime.donate_state!r}: must be True or False")
     if runtime.client_state_dtype is not None:  # None: the parameters' own dtype
         check_choice("client_state_dtype", runtime.client_state_dtype, CLIENT_STATE_DTYPES)
     strategies.client_mesh(runtime.num_devices)  # ValueError for a count not here
@@ -379,6 +381,8 @@ def compile_algorithm(spec: RoundSpec, runtime: Runtime) -> FederatedAlgorithm:
         if unknown:
             raise ValueError(f"with_runtime: {', '.join(unknown)} not runtime options; "
                              f"allowed: {', '.join(Runtime._fields)}")
+        if fields.get("execution", "chunked") != "chunked" and "chunk_size" not in fields:
+            fields["chunk_size"] = None  # leaving chunked: its chunk size goes with it
         return compile_algorithm(spec, (current if runtime is None else runtime)
                                  ._replace(**fields))
 

@@ -107,6 +107,9 @@ def validate(config) -> None:
               f"only {', '.join(models.WIDTH_MODELS)} take a width; keep 1.0 for {config['model']}")
     if config["execution"] == "chunked":
         _number(config, "chunk_size", 1, integer=True)
+    elif config["chunk_size"] is not None:
+        _fail("chunk_size", config["chunk_size"], "only execution=chunked takes a chunk size "
+              f"(execution={config['execution']}); leave it unset")
     accepted = accepted_hparams(config["algorithm"])
     for field in algorithms.hparam_names():
         if config.get(field) is None:

@@ -71,8 +71,13 @@ REGISTRY: dict[str, Family] = {}
 
 def register(dataset: str, family: Family) -> None:
     """config.dataset == `dataset` is built by `family` from now on."""
+    if not isinstance(dataset, str) or not dataset:
+        raise ValueError(f"register(dataset={dataset!r}, ...): a non-empty str (config.dataset)")
     if not isinstance(family, Family):
         raise ValueError(f"register({dataset!r}, ...): a tasks.Family, got {type(family)}")
+    if REGISTRY.get(dataset, family) is not family:
+        raise ValueError(f"register({dataset!r}, ...): {dataset!r} is already registered to "
+                         "another family; choose another name")
     REGISTRY[dataset] = family
 
 

@@ -45,7 +45,17 @@ def build(config) -> Task:
                 config["local_steps"] or max_steps, 2 * 4 * shakespeare.SEQUENCE_LENGTH + 8)
 
 
+# the image families' fields, at the values that mean "not used" (experiments/configs/
+# default.py's): the roles are the clients, so no partition, noise or augmentation applies
+IMAGE_FIELDS = {"partition": "dirichlet", "dirichlet_alpha": 0.1, "classes_per_client": 2,
+                "client_noise": 0.0, "category_noise": 0.0, "augment": False}
+
+
 def check(config) -> None:
+    for field, unused in IMAGE_FIELDS.items():
+        if config[field] != unused:
+            _fail(field, config[field], "the shakespeare dataset's clients are its speaking "
+                  f"roles (its own split): keep the default {unused!r}")
     if config["model"] not in models.SEQUENCE_MODELS:
         _fail("model", config["model"], "the shakespeare dataset takes a sequence model "
               f"({', '.join(models.SEQUENCE_MODELS)})")

@@ -1,0 +1,73 @@
+"""Options that would change nothing are refused by name, and bad values of every surface
+(Runtime, the task registry, the environment, configs) get one line naming them before any
+work is done."""
+import os
+
+import numpy as np
+import pytest
+from conftest import QUIET, linreg_loss, quiet_config
+
+from fedinit_jax import Runtime, algorithms, experiment
+from fedinit_jax.experiment import simulation, tasks
+
+SHAKESPEARE = {**quiet_config(), "dataset": "shakespeare", "model": "lstm"}
+
+
+@pytest.mark.parametrize("runtime, says", [
+    (Runtime(chunk_size=2, execution="vmap"), "chunk_size=2: only execution='chunked'"),
+    (Runtime(execution="vmap", chunk_size=-3), "chunk_size=-3: only execution='chunked'"),
+    (Runtime(execution="chunked", chunk_size=-3), "chunk_size=-3: must be >= 1"),
+    (Runtime(donate_state="yes"), "donate_state='yes': must be True or False"),
+])
+def test_runtime_options_that_would_be_ignored_are_refused(runtime, says):
+    with pytest.raises(ValueError, match=says):
+        algorithms.fedinit(linreg_loss, runtime=runtime)
+    chunked = algorithms.fedinit(linreg_loss).with_runtime(execution="chunked", chunk_size=2)
+    assert chunked.with_runtime(execution="vmap").runtime.chunk_size is None
+
+
+@pytest.mark.parametrize("name, says", [
+    ("shakespeare", "'shakespeare' is already registered to another family"),
+    (None, r"dataset=None, ...\): a non-empty str"),
+    (123, r"dataset=123, ...\): a non-empty str")])
+def test_the_task_registry_refuses_a_taken_or_malformed_name(name, says):
+    from fedinit_jax.experiment.tasks import images
+
+    with pytest.raises(ValueError, match=says):
+        tasks.register(name, images.FAMILY)
+    assert tasks.REGISTRY["shakespeare"] is not images.FAMILY
+
+
+@pytest.mark.parametrize("field, value", [("partition", "iid"), ("dirichlet_alpha", 0.6),
+                                          ("client_noise", 0.1), ("augment", True)])
+def test_shakespeare_refuses_the_image_split_fields(field, value):
+    with pytest.raises(ValueError, match=f"config.{field}={value!r}: the shakespeare dataset's "
+                                         "clients are its speaking roles"):
+        experiment.validate({**SHAKESPEARE, field: value})
+    experiment.validate(SHAKESPEARE)
+
+
+def test_a_chunk_size_without_chunked_execution_is_refused():
+    with pytest.raises(ValueError, match="config.chunk_size=4: only execution=chunked"):
+        experiment.validate({**quiet_config(), "execution": "vmap", "chunk_size": 4})
+
+
+@pytest.mark.parametrize("value", ["nan", "-1", "0", "abc", "", "inf", "1e300"])
+def test_a_bad_stop_grace_is_refused_before_anything_is_written(tmp_path, monkeypatch, value):
+    monkeypatch.setenv("FEDINIT_STOP_GRACE_SECONDS", value)
+    with pytest.raises(ValueError, match=f"FEDINIT_STOP_GRACE_SECONDS={value!r}: must be a "
+                                         r"number of seconds in \(0, 86400\]"):
+        simulation.run(quiet_config(), str(tmp_path / "run"), **QUIET)
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_option_that_does_not_apply_is_said_and_recorded(tmp_path):
+    """A sweep or paper preset sets delta_from for every method; FedDyn's server replaces w,
+    so `start` changes nothing there: the run says so and run_info.json records it."""
+    logged = []
+    simulation.run(quiet_config(algorithm="feddyn", delta_from="start", rounds=1),
+                   str(tmp_path), log=logged.append, progress=False)
+    assert any("config.delta_from='start' does not apply to feddyn" in line for line in logged)
+    info = simulation.workdir_lib.read_json(os.path.join(tmp_path, "run_info.json"))
+    assert info["options_not_applicable"] == {"delta_from": "start"}
+    assert np.isfinite(simulation.read_metrics(str(tmp_path))[0]["train_loss"])
