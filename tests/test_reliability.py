@@ -1,6 +1,7 @@
 """Reliability: kills at many points, SIGTERM, corrupted checkpoints, bad configs, bad data."""
 import copy
 import os
+import shutil
 import signal
 import time
 
@@ -481,3 +482,22 @@ def test_read_metrics_up_to_a_round(tmp_path):
     assert workdir.read_metrics(str(tmp_path), upto_round=0) == []
     assert workdir.read_metrics(str(tmp_path), upto_round=2) == [{"round": 1}, {"round": 2}]
     assert len(workdir.read_metrics(str(tmp_path))) == 3
+
+
+def test_the_checkpoint_identifies_the_run_when_config_json_is_gone(tmp_path):
+    """config.json deleted: a rerun under another config is refused by the config the
+    checkpoint records; the same config resumes (and config.json is written again); with
+    neither, rows of an unknown config are refused, never continued."""
+    simulation.run(SMALL, str(tmp_path), **QUIET)
+    os.remove(tmp_path / "config.json")
+    with pytest.raises(simulation.WorkdirError, match=r"different config \(local_lr: 0.1 -> "
+                                                      r"0.05, seed: 0 -> 7; by its newest"):
+        simulation.run({**SMALL6, "local_lr": 0.05, "seed": 7}, str(tmp_path), **QUIET)
+    assert not (tmp_path / "config.json").exists()
+    simulation.run(SMALL6, str(tmp_path), **QUIET)
+    assert (tmp_path / "config.json").exists() and len(rows(tmp_path)) == 6
+    os.remove(tmp_path / "config.json")
+    for name in os.listdir(tmp_path / "checkpoints"):
+        shutil.rmtree(tmp_path / "checkpoints" / name)
+    with pytest.raises(simulation.WorkdirError, match="holds 6 rounds but no config.json"):
+        simulation.run(SMALL6, str(tmp_path), **QUIET)

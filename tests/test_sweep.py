@@ -48,7 +48,7 @@ def test_cells_listed_run_one_by_one_refused_when_changed(tmp_path):
     assert changed.returncode == 1
     errors = changed.stderr.strip().splitlines()
     assert len(errors) == 2 and all("holds a run of a different config (local_lr: 0.1 -> "
-                                    "0.05)" in line for line in errors), changed.stderr
+                                    "0.05;" in line for line in errors), changed.stderr
     assert all(v.startswith("error:") for v in status(tmp_path).values())
     assert "0/2 cells finished" in changed.stdout
     # a finished cell whose metrics.jsonl is gone is not "done": the binary refuses it too

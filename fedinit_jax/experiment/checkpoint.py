@@ -43,8 +43,11 @@ class Checkpointer:
         """Rounds completed by the newest checkpoint, or None."""
         return self._manager.latest_step()
 
-    def save(self, rounds_done: int, state) -> None:
-        self._manager.save(rounds_done, args=ocp.args.StandardSave(state), force=True)
+    def save(self, rounds_done: int, state, config=None) -> None:
+        """The state after `rounds_done` rounds; `config` (the run's, JSON) goes into the
+        step's metadata: what identifies the run travels with its state (saved_config)."""
+        self._manager.save(rounds_done, args=ocp.args.StandardSave(state), force=True,
+                           custom_metadata=None if config is None else {"config": config})
         self._manager.wait_until_finished()
 
     def restore(self, like, keep_damaged=False):
@@ -93,3 +96,22 @@ class Checkpointer:
 
     def close(self):
         self._manager.close()
+
+
+def saved_config(workdir: str):
+    """The config recorded in the newest checkpoint of workdir's checkpoints/ (a dict), or
+    None when there is no checkpoint or it records none (written before configs were)."""
+    directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
+    steps = [int(d) for d in os.listdir(directory) if d.isdigit()] if os.path.isdir(
+        directory) else []
+    if not steps:
+        return None
+    manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(
+        read_only=True, enable_async_checkpointing=False))
+    try:
+        metadata = manager.metadata(max(steps)).custom_metadata or {}
+    except Exception:  # noqa: BLE001 - a damaged step: restore() reports it
+        metadata = {}
+    finally:
+        manager.close()
+    return metadata.get("config")

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedinit_jax import algorithms, data, experiment
+from fedinit_jax.experiment import checkpoint as checkpoint_lib
 from fedinit_jax.experiment import distributed
 from fedinit_jax.experiment import workdir as workdir_lib
 from fedinit_jax.experiment.checkpoint import Checkpointer
@@ -125,8 +126,8 @@ def prepare_workdir(workdir: str, config: dict) -> None:
     """Refuse a workdir of another config, or one whose rounds exceed config.rounds; then
     write config.json. The caller holds the workdir's lock."""
     path = os.path.join(workdir, "config.json")
-    if os.path.exists(path):
-        done = rounds_done(workdir, config)
+    done = rounds_done(workdir, config)
+    if done:
         if config["rounds"] < done:
             raise WorkdirError(f"config.rounds={config['rounds']} is below the {done} rounds "
                                f"already done in {workdir!r}; a run is extended, never cut: "
@@ -136,20 +137,30 @@ def prepare_workdir(workdir: str, config: dict) -> None:
 
 def rounds_done(workdir: str, config: dict) -> int:
     """Rounds a workdir already holds for `config` (0 if it holds none). WorkdirError when it
-    holds rounds of another config (any field but `rounds`) or damaged metrics."""
+    holds rounds of another config (any field but `rounds`) by its config.json or by the
+    config its newest checkpoint records, when it holds rounds whose config is unknown (no
+    config.json, no config in the checkpoint), or damaged metrics."""
     path = os.path.join(workdir, "config.json")
-    if not os.path.exists(path):
-        return 0
-    saved = experiment.saved_config(path)
-    diff = sorted(k for k in set(saved) | set(config)
-                  if k not in RESUMABLE_CHANGES and saved.get(k) != config.get(k))
+    saved = [(path, experiment.saved_config(path))] if os.path.exists(path) else []
     done = max([0] + [r["round"] for r in read_metrics(workdir)[-1:]]
                + _checkpoint_rounds(workdir))
-    if diff and done:  # a workdir with no finished round holds no results: it takes the new
-        # config (e.g. the corrected command after a run that failed in its first round)
-        details = ", ".join(f"{k}: {saved.get(k)!r} -> {config.get(k)!r}" for k in diff)
-        raise WorkdirError(f"workdir={workdir!r} holds a run of a different config "
-                           f"({details}); use a new workdir or the same config to resume")
+    if not done:  # a workdir with no finished round holds no results: it takes the new
+        return 0  # config (e.g. the corrected command after a run that failed in round 1)
+    recorded = checkpoint_lib.saved_config(workdir)
+    if recorded is not None:
+        saved.append(("its newest checkpoint", {**experiment.ADDED_FIELDS, **recorded}))
+    if not saved:
+        raise WorkdirError(f"workdir={workdir!r} holds {done} rounds but no config.json, and "
+                           "no checkpoint records its config: which config made them is "
+                           "unknown; restore config.json, or use a new workdir")
+    for source, old in saved:
+        diff = sorted(k for k in set(old) | set(config)
+                      if k not in RESUMABLE_CHANGES and old.get(k) != config.get(k))
+        if diff:
+            details = ", ".join(f"{k}: {old.get(k)!r} -> {config.get(k)!r}" for k in diff)
+            raise WorkdirError(f"workdir={workdir!r} holds a run of a different config "
+                               f"({details}; by {source}); use a new workdir or the same "
+                               "config to resume")
     return done
 
 
@@ -270,7 +281,7 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop):
             stopping = distributed.any_process(stop.signum is not None)
             if _checkpoint_due(config, t + 1, stopping):
                 try:
-                    _save(checkpointer, t + 1, state)
+                    _save(checkpointer, t + 1, state, config)
                 except WriteError:
                     failed_save = True
                     raise
@@ -406,11 +417,11 @@ class _Outputs:
                 resource.close()
 
 
-def _save(checkpointer, rounds_done, state):
+def _save(checkpointer, rounds_done, state, config):
     """A checkpoint, or WriteError naming its folder (orbax raises many kinds); PeerLost when
     a multi-process save's collective failed because another process is gone."""
     try:
-        checkpointer.save(rounds_done, state)
+        checkpointer.save(rounds_done, state, config)
     except Exception as err:  # noqa: BLE001 - disk full, quota, I/O errors, as orbax wraps them
         raise (distributed.peer_lost(err) or WriteError(
             workdir_lib.describe_write_error(checkpointer.directory, err))) from None
