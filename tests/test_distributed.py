@@ -122,3 +122,27 @@ def test_initialize_needs_all_three_arguments():
         distributed.initialize("localhost:1234", None, 0)
     with pytest.raises(ValueError, match="process_id=2"):
         distributed.initialize("localhost:1234", 2, 2)
+
+
+@pytest.mark.parametrize("differs, says", [
+    (["--workdir={other}"], "process 1: --workdir="),
+    (["--config.local_lr=0.5"], "process 1: config.local_lr=0.5 (process 0: 0.1)"),
+    (["--config.num_clients=10"], "process 1: config.num_clients=10 (process 0: 8)")])
+def test_processes_given_different_settings_are_refused_on_every_process(tmp_path, differs,
+                                                                         says):
+    """Each process derives the rounds from its config and workdir: any difference is one
+    line and exit 2 on every process at start-up (was: a hang at the first checkpoint,
+    silently different numbers, or a gloo abort)."""
+    port = _free_port()
+    common = [*BASE, "--config.rounds=2", f"--coordinator_address=localhost:{port}",
+              "--num_processes=2"]
+    procs = [train(tmp_path / "run", *common, "--process_id=0", wait=False,
+                   env=TWO_DEVICES_PER_PROCESS)]
+    other = [a.format(other=tmp_path / "elsewhere") for a in differs]
+    procs.append(train(tmp_path / "run", *common, *other, "--process_id=1", wait=False,
+                       env=TWO_DEVICES_PER_PROCESS))
+    codes, outs = _finish(procs, timeout=120)
+    assert codes == [2, 2], outs
+    for _, stderr in outs:
+        assert "were given different settings" in stderr and says in stderr, stderr
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()

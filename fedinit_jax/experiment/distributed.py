@@ -15,6 +15,10 @@ Launching:
   * By hand (e.g. 2 processes on localhost, CPU collectives over gloo): on each process
     --coordinator_address=localhost:12355 --num_processes=2 --process_id=<0|1>.
 """
+import json
+import os
+import secrets
+
 import jax
 import numpy as np
 
@@ -79,3 +83,65 @@ def any_process(flag: bool) -> bool:
     from jax.experimental import multihost_utils
 
     return bool(np.any(multihost_utils.process_allgather(np.asarray(flag, np.int32))))
+
+
+def _allgather_text(text: str) -> list[str]:
+    """Every process's `text`, in process order (two allgathers: lengths, padded bytes)."""
+    from jax.experimental import multihost_utils
+
+    data = np.frombuffer(text.encode(), np.uint8)
+    lengths = np.ravel(multihost_utils.process_allgather(np.asarray(data.size, np.int32)))
+    padded = np.zeros(int(lengths.max()), np.uint8)
+    padded[:data.size] = data
+    gathered = np.asarray(multihost_utils.process_allgather(padded))
+    return [bytes(row[:n]).decode() for row, n in zip(gathered, lengths)]
+
+
+def agree(config: dict, workdir: str) -> None:
+    """ValueError on every process, naming the difference, unless every process of a
+    multi-process run was given the same config and workdir (each derives the rounds from
+    them: any difference would be different numbers, an abort, or a checkpoint waiting
+    forever for a peer writing elsewhere). Nothing in a plain run."""
+    if jax.process_count() == 1:
+        return
+    mine = {"workdir": os.path.abspath(workdir), "config": config}
+    everyone = [json.loads(t) for t in _allgather_text(json.dumps(mine, sort_keys=True))]
+    first = everyone[0]
+    problems = []
+    for p, other in enumerate(everyone[1:], start=1):
+        if other["workdir"] != first["workdir"]:
+            problems.append(f"process {p}: --workdir={other['workdir']!r} (process 0: "
+                            f"{first['workdir']!r})")
+        keys = sorted(k for k in set(first["config"]) | set(other["config"])
+                      if first["config"].get(k) != other["config"].get(k))
+        problems += [f"process {p}: config.{k}={other['config'].get(k)!r} (process 0: "
+                     f"{first['config'].get(k)!r})" for k in keys]
+    if problems:
+        raise ValueError("the processes of this run were given different settings ("
+                         + "; ".join(problems[:5]) + (", ..." if len(problems) > 5 else "")
+                         + "): start every process with the same --config and --workdir")
+
+
+def check_shared_workdir(workdir: str) -> None:
+    """ValueError on every process unless every process sees the workdir process 0 made (a
+    node-local folder of the same name on another host is not it): process 0 writes a token
+    there, the others read it back. Call after process 0 has made the workdir."""
+    if jax.process_count() == 1:
+        return
+    path = os.path.join(workdir, ".process_0_token")
+    token = secrets.token_hex(8) if is_primary() else ""
+    if is_primary():
+        with open(path, "w") as f:
+            f.write(token)
+    token = _allgather_text(token)[0]  # also the barrier: process 0 has written it
+    try:
+        with open(path) as f:
+            seen = f.read() == token
+    except OSError:
+        seen = False
+    missing = [p for p, ok in enumerate(_allgather_text("1" if seen else "0")) if ok != "1"]
+    if missing:
+        raise ValueError(f"process(es) {', '.join(map(str, missing))} do not see the workdir "
+                         f"{os.path.abspath(workdir)!r} that process 0 writes (a node-local "
+                         "folder?): every process must be given one folder they all share "
+                         "(checkpoints are written by all of them together)")

@@ -227,6 +227,7 @@ def run(config: dict, workdir: str, *, log=print, progress=None, fault=None) -> 
     """
     fault = fault or _no_fault
     with _StopRequest() as stop:  # from the start: a signal while loading or compiling
+        distributed.agree(config, workdir)  # every process: the same run, before any work
         exp = experiment.build(config)  # stops the run at the first round boundary
         primary = distributed.is_primary()
         lock = None
@@ -234,6 +235,7 @@ def run(config: dict, workdir: str, *, log=print, progress=None, fault=None) -> 
             _make_workdir(workdir)
             lock = workdir_lib.Lock(workdir, log)  # before anything is read for resuming
         try:
+            distributed.check_shared_workdir(workdir)
             return _run_locked(exp, config, workdir, primary, log, progress, fault, stop)
         finally:
             if lock is not None:
