@@ -120,6 +120,10 @@ def check_runtime(runtime: Runtime) -> None:
 def init_state(spec: RoundSpec, runtime: Runtime, params, num_clients: int) -> FedState:
     """FedState at round 0: w = params, every w_i = w^0 (Algorithm 1 line 1), zero
     correction states, the server optimizer's initial state."""
+    if isinstance(num_clients, jax.core.Tracer):
+        raise ValueError("num_clients must be a Python int (it sets the [C, ...] shapes), got "
+                         "a tracer: under jax.eval_shape or jit pass it by closure, e.g. "
+                         "jax.eval_shape(lambda p: algo.init(p, C), params)")
     if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
         raise ValueError(f"num_clients={num_clients!r} must be a positive int")
     # each leaf as an array of its own dtype: a weakly typed leaf (jnp.asarray(0.05))
@@ -363,8 +367,8 @@ def compile_algorithm(spec: RoundSpec, runtime: Runtime) -> FederatedAlgorithm:
         """The jit-compiled round of `apply`, lowered for these inputs without running it.
 
         state and the leaves of round_input.batches may be jax.ShapeDtypeStruct (e.g.
-        jax.eval_shape(algo.init, params, C)); client_ids, local_lr and the masks are small
-        arrays. `.compile()` gives XLA's account per device (`memory_analysis()`: arguments,
+        jax.eval_shape(lambda p: algo.init(p, C), params): C by closure, it sets shapes);
+        client_ids, local_lr and the masks are small arrays. `.compile()` gives XLA's account per device (`memory_analysis()`: arguments,
         outputs, temporaries, aliased) and `cost_analysis()` (XLA's FLOPs, which count a
         loop body once: benchmarks/plan.py counts the jaxpr instead); `apply` on inputs of
         the same shapes then reuses that compilation."""
@@ -421,7 +425,13 @@ def check_state(algo: FederatedAlgorithm, state: FedState) -> None:
     """ValueError unless `state` is one of algo's: the structure, shapes and dtypes its init
     makes, and its beta (a state's beta is traced, so replicas may differ; one whose beta is
     not the builder's, fedavg's 0 given to fedinit, comes from another builder). Reads beta
-    from the device: call it once after init or a restore, not every round."""
+    from the device: call it once after init or a restore, not every round. A replica
+    state (replicas.init: every leaf with a leading [R] axis, beta [R]) is checked replica by
+    replica for its structure; its betas are a sweep, not the builder's."""
+    if isinstance(state, FedState) and np.ndim(state.beta) == 1:
+        for r in range(np.shape(state.beta)[0]):
+            _check_structure(algo, jax.tree.map(lambda x, r=r: x[r], state))
+        return
     _check_structure(algo, state)
     if not isinstance(state.beta, jax.core.Tracer) and not np.isclose(
             float(state.beta), algo.spec.beta, rtol=1e-6, atol=1e-7):
@@ -442,6 +452,9 @@ def check_round_input(algo: FederatedAlgorithm, state: FedState,
 
 def check_inputs(round_input: RoundInput, num_clients: int, num_devices: int = 1) -> None:
     """ValueError naming the field when a round input cannot be run on num_clients clients."""
+    if not isinstance(round_input, RoundInput):
+        raise ValueError(f"round_input must be a fedinit_jax.RoundInput(client_ids, batches, "
+                         f"local_lr, ...), got {type(round_input).__name__}")
     ids = np.asarray(round_input.client_ids)
     if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
         raise ValueError(f"client_ids must be a non-empty 1-D integer array, got shape "

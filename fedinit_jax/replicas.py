@@ -6,7 +6,12 @@ federations: every leaf of the state gets a leading [R] axis, and so may the rou
 
     states = replicas.init(algo, params, num_clients=C, betas=[0.0, 0.05, 0.1])
     apply = replicas.make_apply(algo, shared_input=True)     # one input for all replicas
+    replicas.check_round_input(algo, states, round_input)    # optional, on the host
     states, metrics = apply(states, round_input, keys)       # keys [R]; metrics leaves [R]
+
+`apply` is pure and checks nothing on the host, as algo.apply: it runs inside a user's
+jax.jit or lax.scan. The host checks are separate calls: check_round_input per round,
+federated_round.check_state(algo, states) once (it understands replica states).
 
 Replica r computes exactly what a separate run with that beta, input and key computes
 (to float tolerance: vmapping changes XLA's fusions). On CPU, vmapped replicas turn
@@ -17,7 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedinit_jax import tree
-from fedinit_jax.federated_round import as_arrays, check_inputs
+from fedinit_jax.checks import check_number
+from fedinit_jax.federated_round import as_arrays, check_inputs, check_state
 from fedinit_jax.types import FederatedAlgorithm, FedState, RoundInput
 
 
@@ -29,8 +35,11 @@ def init(algo: FederatedAlgorithm, params, num_clients: int, *, betas=None,
     initial model per seed); otherwise every replica starts from the same model.
     """
     if betas is not None:
-        if not all(np.isfinite(b) for b in betas):
-            raise ValueError(f"betas={list(betas)!r} must all be finite")
+        if isinstance(betas, (str, bytes)) or np.ndim(betas) != 1 or not len(betas):
+            raise ValueError(f"betas={betas!r}: a non-empty sequence of numbers, one per "
+                             "replica (e.g. [0.0, 0.05, 0.1])")
+        for b in betas:
+            check_number(f"betas={list(betas)!r}: each", b)
         num_replicas = len(betas)
     if params_per_replica:
         states = jax.vmap(lambda p: algo.init(p, num_clients))(params)
@@ -48,7 +57,8 @@ def init(algo: FederatedAlgorithm, params, num_clients: int, *, betas=None,
 
 
 def make_apply(algo: FederatedAlgorithm, shared_input: bool = True):
-    """apply(states, round_input, keys) -> (states, metrics), vmapped over replicas.
+    """apply(states, round_input, keys) -> (states, metrics), vmapped over replicas; pure
+    and jittable (no host check: check_round_input is the separate one).
 
     shared_input: one RoundInput for every replica (beta / lr sweeps on the same data);
     otherwise every leaf of the round input carries a leading [R] axis.
@@ -57,12 +67,29 @@ def make_apply(algo: FederatedAlgorithm, shared_input: bool = True):
     vmapped = jax.jit(jax.vmap(algo.apply, in_axes=(0, round_axes, 0)))
 
     def apply(states: FedState, round_input: RoundInput, keys):
-        num_clients = jax.tree.leaves(states.client_params)[0].shape[1]
-        if shared_input:
-            check_inputs(round_input, num_clients)
-        else:
-            for r in range(len(keys)):
-                check_inputs(jax.tree.map(lambda x, r=r: x[r], round_input), num_clients)
         return vmapped(states, as_arrays(round_input), keys)
 
     return apply
+
+
+def check_round_input(algo: FederatedAlgorithm, states: FedState, round_input: RoundInput,
+                      shared_input: bool = True) -> None:
+    """ValueError naming the field when `round_input` cannot run on the replica states
+    (federated_round.check_round_input's rules, per replica), or when shared_input=False and
+    a leaf lacks the leading [R] axis. Host-side, as for algo.apply."""
+    check_state(algo, states)
+    num_replicas = int(np.shape(states.beta)[0])
+    num_clients = jax.tree.leaves(states.client_params)[0].shape[1]
+    if shared_input:
+        check_inputs(round_input, num_clients, algo.runtime.num_devices or 1)
+        return
+    for field, value in round_input._asdict().items():
+        for leaf in jax.tree.leaves(value):
+            if np.ndim(leaf) < 1 or np.shape(leaf)[0] != num_replicas:
+                raise ValueError(f"round_input.{field}: shared_input=False needs a leading "
+                                 f"[R={num_replicas}] replica axis on every leaf, got shape "
+                                 f"{np.shape(leaf)} (one input for all replicas: "
+                                 "shared_input=True)")
+    for r in range(num_replicas):
+        check_inputs(jax.tree.map(lambda x, r=r: x[r], round_input), num_clients,
+                     algo.runtime.num_devices or 1)

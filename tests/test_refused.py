@@ -71,3 +71,21 @@ def test_an_option_that_does_not_apply_is_said_and_recorded(tmp_path):
     info = simulation.workdir_lib.read_json(os.path.join(tmp_path, "run_info.json"))
     assert info["options_not_applicable"] == {"delta_from": "start"}
     assert np.isfinite(simulation.read_metrics(str(tmp_path))[0]["train_loss"])
+
+
+def test_api_misuse_is_one_clear_error(monkeypatch):
+    from conftest import NUM_CLIENTS, params_from
+
+    from fedinit_jax import check_round_input
+    from fedinit_jax.experiment.tasks import Family
+
+    algo = algorithms.fedinit(linreg_loss)
+    state = algo.init(params_from(np.array([0.3, -0.2, 0.1, 0.05])), NUM_CLIENTS)
+    with pytest.raises(ValueError, match="round_input must be a fedinit_jax.RoundInput"):
+        check_round_input(algo, state, {})
+    monkeypatch.setattr(tasks, "REGISTRY", dict(tasks.REGISTRY))
+    tasks.register("nothing", Family(build=lambda config: None, check=lambda config: None,
+                                     abstract=None))
+    with pytest.raises(ValueError, match="config.dataset='nothing': its task family's build "
+                                         "returned NoneType, not a tasks.Task"):
+        experiment.build({**quiet_config(), "dataset": "nothing"})

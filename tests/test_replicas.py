@@ -48,3 +48,41 @@ def test_bad_replica_arguments(theta0):
         replicas.init(algo, params_from(theta0), NUM_CLIENTS, betas=[0.1, float("nan")])
     with pytest.raises(ValueError, match="num_replicas"):
         replicas.init(algo, params_from(theta0), NUM_CLIENTS)
+
+
+def test_replicas_run_inside_a_users_jit_and_scan_with_separate_host_checks(linreg_rounds,
+                                                                            theta0):
+    """make_apply's function is pure (it ran a host check that failed under jit before);
+    the checks are replicas.check_round_input and check_state, which knows replica states."""
+    from fedinit_jax import check_state
+
+    algo = algorithms.fedinit(linreg_loss)
+    states = replicas.init(algo, params_from(theta0), NUM_CLIENTS, betas=[0.0, 0.1])
+    check_state(algo, states)  # a replica state: each replica's structure; betas a sweep
+    apply = replicas.make_apply(algo, shared_input=True)
+    ids, xs, ys, lr = linreg_rounds[0]
+    inp = RoundInput(ids, (xs, ys), lr)
+    replicas.check_round_input(algo, states, inp)
+    keys = jax.random.split(jax.random.key(0), 2)
+    eager, _ = apply(states, inp, keys)
+    jitted, _ = jax.jit(apply)(states, inp, keys)
+    for a, b in zip(jax.tree.leaves(eager), jax.tree.leaves(jitted)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+    scanned, _ = jax.lax.scan(lambda s, k: apply(s, inp, jax.random.split(k, 2)), states,
+                              jax.random.split(jax.random.key(1), 3))
+    assert jax.tree.leaves(scanned)[0].shape == jax.tree.leaves(states)[0].shape
+    with pytest.raises(ValueError, match=r"round_input.client_ids: shared_input=False needs a "
+                                         r"leading \[R=2\] replica axis"):
+        replicas.check_round_input(algo, states, inp, shared_input=False)
+    with pytest.raises(ValueError, match="client_ids out of range"):
+        replicas.check_round_input(algo, states, inp._replace(client_ids=ids + 100))
+    with pytest.raises(ValueError, match="betas='0.1': a non-empty sequence of numbers"):
+        replicas.init(algo, params_from(theta0), NUM_CLIENTS, betas="0.1")
+
+
+def test_eval_shape_of_init_with_the_documented_recipe(theta0):
+    algo = algorithms.scaffold(linreg_loss)
+    shapes = jax.eval_shape(lambda p: algo.init(p, NUM_CLIENTS), params_from(theta0))
+    assert shapes.client_params["w"].shape == (NUM_CLIENTS, len(theta0) - 1)
+    with pytest.raises(ValueError, match=r"num_clients must be a Python int .* by closure"):
+        jax.eval_shape(algo.init, params_from(theta0), NUM_CLIENTS)

@@ -203,6 +203,9 @@ def build(config) -> Experiment:
     """Load and split the data, build the model, the loss and the algorithm."""
     validate(config)
     task = tasks.family(config["dataset"]).build(config)
+    if not isinstance(task, tasks.Task):
+        raise ValueError(f"config.dataset={config['dataset']!r}: its task family's build "
+                         f"returned {type(task).__name__}, not a tasks.Task")
     algo = algorithms.get(config["algorithm"], task.loss_fn, runtime=runtime(config),
                           **algorithm_kwargs(config))
     _check_memory(config, task.model, task.input_shape, algo)
