@@ -369,9 +369,10 @@ def compile_algorithm(spec: RoundSpec, runtime: Runtime) -> FederatedAlgorithm:
         state and the leaves of round_input.batches may be jax.ShapeDtypeStruct (e.g.
         jax.eval_shape(lambda p: algo.init(p, C), params): C by closure, it sets shapes);
         client_ids, local_lr and the masks are small arrays. `.compile()` gives XLA's
-        account per device (`memory_analysis()`: arguments, outputs, temporaries, aliased) and `cost_analysis()` (XLA's FLOPs, which count a
-        loop body once: benchmarks/plan.py counts the jaxpr instead); `apply` on inputs of
-        the same shapes then reuses that compilation."""
+        account per device (`memory_analysis()`: arguments, outputs, temporaries, aliased)
+        and `cost_analysis()` (XLA's FLOPs, which count a loop body once: benchmarks/plan.py
+        counts the jaxpr instead); `apply` on inputs of the same shapes then reuses that
+        compilation."""
         if replicated is not None:  # as apply puts it: replicated over the mesh
             state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
                                                                 sharding=replicated), state)
