@@ -327,7 +327,14 @@ def report(folders, out, window=5, last=50, target=None, with_figures=True) -> s
     if not runs:
         raise ValueError(f"no finished runs (config.json + metrics.jsonl up to config.rounds) "
                          f"under {', '.join(folders)}")
-    os.makedirs(out, exist_ok=True)
+    try:
+        os.makedirs(out, exist_ok=True)
+        probe = os.path.join(out, f".write_test_{os.getpid()}")
+        open(probe, "w").close()
+        os.remove(probe)
+    except OSError as err:
+        raise ValueError(f"--out={out!r} cannot be written ({err.strerror}): give a folder "
+                         "you can write") from None
     table4, table6 = accuracy_tables(runs, window, last)
     table7, table8 = time_tables(runs, window, target)
     smoothing = f"smoothed (window {window}), max over the last {last} rounds"

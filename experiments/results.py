@@ -32,8 +32,9 @@ def find_runs(folders, skipped=None) -> list[Run]:
 
     A config.json saved before a field existed reads as that field's "as before" value
     (experiment.saved_config, as a resumed run does), so it is not a variant of runs that
-    wrote the field. A run whose config.json, run_info.json or metrics.jsonl is damaged is
-    left out; its path and the reason are appended to `skipped` (a list) when one is given."""
+    wrote the field. A run whose config.json, run_info.json or metrics.jsonl is damaged, or
+    a workdir that lacks config.json or metrics.jsonl, is left out; its path and the reason
+    are appended to `skipped` (a list) when one is given."""
     from fedinit_jax.experiment import saved_config, workdir
 
     runs = []
@@ -42,7 +43,14 @@ def find_runs(folders, skipped=None) -> list[Run]:
             raise ValueError(f"results folder {folder!r} does not exist")
         for root, dirs, files in os.walk(folder):
             dirs.sort()
-            if "config.json" in files and "metrics.jsonl" in files:
+            missing = [f for f in ("config.json", "metrics.jsonl") if f not in files]
+            if len(missing) == 1 or (missing and ("run_info.json" in files
+                                                  or "checkpoints" in dirs)):
+                if skipped is not None:  # a workdir that lost a file: said, never dropped
+                    skipped.append((root, f"no {' and no '.join(missing)}"))
+                dirs[:] = [d for d in dirs if d not in ("checkpoints", "tb")]
+                continue
+            if not missing:
                 try:
                     config = saved_config(os.path.join(root, "config.json"))
                     info_path = os.path.join(root, "run_info.json")

@@ -188,3 +188,24 @@ def test_bad_runs_are_skipped_and_variants_kept_apart(two_folders, tmp_path):
 def test_report_arguments_are_checked(two_folders, tmp_path, kwargs, says):
     with pytest.raises(ValueError, match=says):
         report(two_folders, str(tmp_path / "out"), **{"window": 3, "last": 3, **kwargs})
+
+
+def test_a_run_that_lost_a_file_is_named_not_silently_dropped(two_folders, tmp_path):
+    a = two_folders[0]
+    write_run(os.path.join(a, "avg2"), "fedavg", 0.0, 2, [0.9] * 6)
+    write_run(os.path.join(a, "avg3"), "fedavg", 0.0, 3, [0.9] * 6)
+    os.remove(os.path.join(a, "avg2", "metrics.jsonl"))
+    os.remove(os.path.join(a, "avg3", "config.json"))
+    text = report(two_folders, str(tmp_path / "out"), window=3, last=3)
+    assert "avg2 (no metrics.jsonl)" in text and "avg3 (no config.json)" in text
+    assert "(n=2)" in text.split("| FedAvg |")[1].split("\n")[0]  # avg0, avg1 only
+
+
+@pytest.mark.parametrize("where", ["a_file", "unwritable/out"])
+def test_an_out_folder_that_cannot_be_written_is_one_error(two_folders, tmp_path, where):
+    (tmp_path / "a_file").write_text("x")
+    (tmp_path / "unwritable").mkdir(mode=0o500)
+    if os.geteuid() == 0 and where.startswith("unwritable"):
+        pytest.skip("root writes anywhere")
+    with pytest.raises(ValueError, match=f"--out='.*{where}' cannot be written"):
+        report(two_folders, str(tmp_path / where), window=3, last=3)
