@@ -58,6 +58,27 @@ def with_ri(name, beta=0.1) -> dict:
     return {"beta": beta, **({"delta_from": "start"} if name == "fedadam" else {})}
 
 
+def ri_options(name, beta, delta_from) -> dict:
+    """The builder options of `name` with RI `beta` and `delta_from`, or pytest.skip where the
+    combination is refused: the FedDyn family takes no delta_from (its server replaces w:
+    `start` is the same run as `global`), and a stateful server (FedAdam) refuses RI with
+    `global` (test_algorithms.py::test_stateful_server_optimizer_...)."""
+    takes = "delta_from" in algorithms_registry()[name].options
+    if not takes:
+        if delta_from == "start":
+            pytest.skip(f"{name}'s server replaces w: delta_from is not its option")
+        return {"beta": beta}
+    if name == "fedadam" and beta and delta_from == "global":
+        pytest.skip("FedAdam + RI refuses delta_from='global'")
+    return {"beta": beta, "delta_from": delta_from}
+
+
+def algorithms_registry():
+    from fedinit_jax import algorithms
+
+    return algorithms.REGISTRY
+
+
 def counting(loss_fn):
     """(loss_fn that records each time JAX traces it, the list of records)."""
     traces = []

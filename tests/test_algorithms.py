@@ -11,6 +11,7 @@ from conftest import (
     flat,
     linreg_loss,
     params_from,
+    ri_options,
     run,
 )
 from numpy_reference import simulate
@@ -25,16 +26,8 @@ from fedinit_jax.algorithms.options import shares_fedavg_options
                          ids=[f"{c[0]}-rho{c[1].get('rho', '')}" for c in CASES])
 def test_matches_numpy_reference(linreg_rounds, theta0, name, hparams, ref_kwargs, beta,
                                  delta_from):
-    options = algorithms.REGISTRY[name].options
-    if "delta_from" not in options and delta_from == "start":
-        pytest.skip(f"{name}'s server replaces w: delta_from is not its option")
-    if name == "fedadam" and beta and delta_from == "global":
-        with pytest.raises(ValueError, match="keeps state"):  # test_stateful_server_...
-            algorithms.get(name, linreg_loss, beta=beta, delta_from=delta_from, **hparams)
-        return
-    algo = algorithms.get(name, linreg_loss, beta=beta, clip_norm=1.0, weight_decay=1e-3,
-                          **hparams, **({"delta_from": delta_from} if "delta_from" in options
-                                        else {}))
+    algo = algorithms.get(name, linreg_loss, clip_norm=1.0, weight_decay=1e-3, **hparams,
+                          **ri_options(name, beta, delta_from))
     state, history = run(algo, theta0, linreg_rounds)
     ref = simulate(name, theta0, NUM_CLIENTS, linreg_rounds, beta=beta, delta_from=delta_from,
                    clip=1.0, wd=1e-3, **ref_kwargs)

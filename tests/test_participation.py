@@ -13,6 +13,7 @@ from conftest import (
     assert_states_match,
     linreg_loss,
     params_from,
+    ri_options,
 )
 from numpy_reference import simulate
 
@@ -67,8 +68,8 @@ VARYING = [c for c in CASES if c[1].get("rho", 1.0) > 0] + [("fedavg", {}, {})]
 @pytest.mark.parametrize("name, hparams, ref_kwargs", VARYING, ids=[c[0] for c in VARYING])
 def test_varying_participation_matches_reference(varying_rounds, theta0, name, hparams,
                                                  ref_kwargs, delta_from, execution):
-    algo = algorithms.get(name, linreg_loss, beta=0.1, delta_from=delta_from, clip_norm=1.0,
-                          weight_decay=1e-3, **hparams).with_runtime(execution=execution)
+    algo = algorithms.get(name, linreg_loss, clip_norm=1.0, weight_decay=1e-3, **hparams,
+                          **ri_options(name, 0.1, delta_from)).with_runtime(execution=execution)
     state, history = run_inputs(algo, theta0, padded(varying_rounds))
     ref = simulate(name, theta0, NUM_CLIENTS, varying_rounds, beta=0.1, delta_from=delta_from,
                    clip=1.0, wd=1e-3, **ref_kwargs)

@@ -6,6 +6,7 @@ resume: every round's randomness (client sample, batch order, PRNG key) is deriv
 (seed, round) and the lr schedule from the round. Orbax writes each step into a temporary
 directory and renames it when complete, so a kill mid-write leaves the previous checkpoint.
 """
+import json
 import os
 import shutil
 
@@ -100,18 +101,19 @@ class Checkpointer:
 
 def saved_config(workdir: str):
     """The config recorded in the newest checkpoint of workdir's checkpoints/ (a dict), or
-    None when there is no checkpoint or it records none (written before configs were)."""
-    directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
+    None when there is no checkpoint or it records none (written before configs were).
+
+    Read from the step's metadata file (orbax's _CHECKPOINT_METADATA JSON, its
+    custom_metadata) rather than through a CheckpointManager, whose creation is a collective
+    of every process of a multi-process run: this is asked by process 0 alone."""
+    directory = os.path.join(workdir, "checkpoints")
     steps = [int(d) for d in os.listdir(directory) if d.isdigit()] if os.path.isdir(
         directory) else []
     if not steps:
         return None
-    manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(
-        read_only=True, enable_async_checkpointing=False))
     try:
-        metadata = manager.metadata(max(steps)).custom_metadata or {}
-    except Exception:  # noqa: BLE001 - a damaged step: restore() reports it
-        metadata = {}
-    finally:
-        manager.close()
+        with open(os.path.join(directory, str(max(steps)), "_CHECKPOINT_METADATA")) as f:
+            metadata = json.load(f).get("custom_metadata") or {}
+    except (OSError, ValueError, AttributeError):  # a damaged step: restore() reports it
+        return None
     return metadata.get("config")
