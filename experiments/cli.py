@@ -77,6 +77,10 @@ def parse_flags(argv):
     The config file is loaded and its --config.FIELD overrides applied here (ml_collections
     does it lazily, on first use), so a missing or broken config file, an unknown field or a
     bad value is reported before any work starts."""
+    files = [a for a in argv[1:] if a == "--config" or a.startswith("--config=")]
+    if len(files) > 1:
+        _fail(f"--config given {len(files)} times: one config file per run (change its fields "
+              "with --config.FIELD=VALUE)")
     try:
         remaining = flags.FLAGS(argv)
         if "config" in flags.FLAGS:

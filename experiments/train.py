@@ -32,6 +32,7 @@ flags.DEFINE_integer("distributed_timeout", 180, "Multi-process: seconds to wait
                      "process to join, and for a silent one (dead, preempted) before every "
                      "process stops with exit code 5 (experiments/supervise.py).")
 FLAGS = flags.FLAGS
+MAX_TIMEOUT = 86400  # a day; JAX's runtime overflows past 2^31 ms
 
 
 def _drop_closed_loop_noise(unraisable):
@@ -56,9 +57,9 @@ def main(argv):
     by_hand = (FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
     multi_process = FLAGS.distributed or any(v is not None for v in by_hand)
     if multi_process and not supervise.is_child():
-        if FLAGS.distributed_timeout < 1:
-            print(f"error: --distributed_timeout={FLAGS.distributed_timeout}: must be >= 1 "
-                  "(seconds)", file=sys.stderr)
+        if not 1 <= FLAGS.distributed_timeout <= MAX_TIMEOUT:
+            print(f"error: --distributed_timeout={FLAGS.distributed_timeout}: must be in "
+                  f"[1, {MAX_TIMEOUT}] (seconds)", file=sys.stderr)
             sys.exit(2)
         sys.exit(supervise.run_child(FLAGS.distributed_timeout,
                                      FLAGS.num_processes or "all"))

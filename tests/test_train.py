@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import QUIET, ROOT, TINY, quiet_config, rows, train
@@ -104,6 +105,10 @@ def test_bad_config_is_named_before_anything_is_written(tmp_path, change, field)
     (["--config=experiments/configs/default.py", "--config.rounds=0"], "config.rounds"),
     (["--config=experiments/configs/default.py", "--config.dataset=cifar10",
       "--config.data_dir=/nonexistent"], "/nonexistent"),
+    (["--config=experiments/configs/default.py", "--config", "experiments/configs/paper.py"],
+     "--config given 2 times"),
+    (["--config=experiments/configs/default.py", "--distributed",
+      "--distributed_timeout=2147483648"], "--distributed_timeout=2147483648: must be in"),
 ])
 def test_bad_invocations_are_one_line_exit_2(tmp_path, args, says):
     """The binary: flags and config files, and a config error raised in the run (one line,
@@ -186,3 +191,16 @@ def test_every_registered_algorithm_runs_through_the_loop_and_report(tmp_path):
                   "FedProx", "FedSpeed", "FedSMOO", "FedGamma", "MoFedSAM"):
         assert f"| {shown} |" in text, shown  # Table 4 row
         assert text.count(f"| {shown} | ") >= 2, shown  # and Table 9 row
+
+
+@pytest.mark.parametrize("delay", [0.3, 1.0, 1.5])
+def test_ctrl_c_while_loading_is_the_documented_stop(tmp_path, delay):
+    """SIGINT while the binary imports JAX, loads and compiles: one line and exit 130 (it was
+    swallowed by JAX's gc callback, the run finishing with exit 0, or a long traceback)."""
+    proc = train(tmp_path, *TINY, wait=False)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGINT, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("stopped by SIGINT"), stderr
