@@ -53,13 +53,40 @@ def all_presets():
             + ["experiments/configs/shakespeare.py:paper"])
 
 
+def resolve_spec(spec: str) -> str:
+    """'path.py[:argument]' as the binaries' --config takes it, or a preset's bare name as
+    the README prints it ('cifar10-resnet18_gn-dir0.1-10-100', 'shakespeare:paper'):
+    ValueError naming the spec otherwise."""
+    path = spec.partition(":")[0]
+    if path.endswith(".py"):
+        if not os.path.isfile(os.path.join(ROOT, path)):
+            raise ValueError(f"--presets {spec}: no config file {path!r}")
+        return spec
+    named = {p.rsplit("/", 1)[-1].replace(".py", ""): p for p in all_presets()}
+    named.update({p.split(":", 1)[1]: p for p in all_presets() if "paper.py:" in p})
+    if spec not in named:
+        raise ValueError(f"--presets {spec}: not a config file (path.py[:argument]) nor a "
+                         "preset name (the names: experiments/configs/paper.py's header, "
+                         "shakespeare:paper)")
+    return named[spec]
+
+
 def load_config(spec: str) -> dict:
-    """A config from 'path.py[:argument]', as the binaries' --config reads it."""
+    """A validated config from 'path.py[:argument]' or a preset name (resolve_spec), as the
+    binaries' --config reads it; ValueError naming the spec or the field when it is bad."""
+    from fedinit_jax import experiment
+
+    spec = resolve_spec(spec)
     path, _, arg = spec.partition(":")
     module_spec = importlib.util.spec_from_file_location("preset", os.path.join(ROOT, path))
     module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return (module.get_config(arg) if arg else module.get_config()).to_dict()
+    try:
+        module_spec.loader.exec_module(module)
+        config = (module.get_config(arg) if arg else module.get_config()).to_dict()
+    except Exception as err:  # noqa: BLE001 - a config file may raise anything
+        raise ValueError(f"--presets {spec}: {type(err).__name__}: {err}") from None
+    experiment.validate(config)
+    return config
 
 
 def matmul_flops(jaxpr) -> float:
@@ -175,9 +202,11 @@ def tables(rows, utilization):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--presets", nargs="*", help="config specs (default: all presets)")
-    parser.add_argument("--devices", nargs="*", type=int, default=[1, 8])
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--presets", nargs="*", help="config specs (path.py[:argument]) or "
+                        "preset names (default: all presets)")
+    parser.add_argument("--devices", nargs="+", type=int, default=[1, 8])
     parser.add_argument("--utilization", type=float, default=0.2,
                         help="fraction of each chip's peak assumed by the time prediction")
     parser.add_argument("--dry-run", action="store_true",
@@ -204,9 +233,13 @@ def main():
     print(f"# plan: jax {jax.__version__}, {jax.default_backend()} compiler "
           f"({jax.devices()[0].device_kind}), "
           f"{time.strftime('%Y-%m-%d %H:%M')}\n", flush=True)
+    try:
+        configs = [(spec, load_config(spec)) for spec in args.presets or all_presets()]
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
     rows, planned = [], {}
-    for spec in args.presets or all_presets():
-        config = load_config(spec)
+    for spec, config in configs:
         for devices in args.devices:
             shape = (devices, *(config[k] for k in SHAPE_FIELDS))  # e.g. Dirichlet alpha: same
             if shape not in planned:

@@ -56,3 +56,33 @@ def test_paper_presets_are_valid(key):
 def test_unknown_preset():
     with pytest.raises(ValueError, match="not a setting of the paper"):
         paper.get_config("cifar10-resnet18_gn-dir0.3-10-100")
+
+
+def test_the_planner_takes_the_readme_names_and_refuses_bad_specs_in_one_line(tmp_path):
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import plan
+
+    assert (plan.resolve_spec("cifar10-resnet18_gn-dir0.1-10-100")
+            == "experiments/configs/paper.py:cifar10-resnet18_gn-dir0.1-10-100")
+    assert plan.resolve_spec("shakespeare:paper") == "experiments/configs/shakespeare.py:paper"
+    cmd = [sys.executable, "benchmarks/plan.py"]
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    for args, says in [
+            (["--presets", "nosuch.py"], "no config file 'nosuch.py'"),
+            (["--presets", "experiments/configs/paper.py:bogus-name"], "paper preset"),
+            (["--presets", "experiments/configs/shakespeare.py:huge"], "shakespeare preset"),
+            (["--presets", "README.md"], "not a config file"),
+            (["--presets", "experiments/configs/default.py", "--devices"], "expected at least"),
+    ]:
+        result = subprocess.run(cmd + args, cwd=ROOT, capture_output=True, text=True,
+                                timeout=120, env=env)
+        assert result.returncode == 2 and says in result.stderr, (args, result.stderr)
+        assert "Traceback" not in result.stderr
+    bad = tmp_path / "bad.py"
+    bad.write_text("from experiments.configs import default\n\ndef get_config():\n"
+                   "    c = default.get_config()\n    c.num_clients = -5\n    return c\n")
+    result = subprocess.run(cmd + ["--presets", str(bad)], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120, env=env)
+    assert result.returncode == 2 and "config.num_clients=-5" in result.stderr, result.stderr
+    helped = subprocess.run(cmd + ["--help"], cwd=ROOT, capture_output=True, text=True)
+    assert "a predicted round and run time" in helped.stdout and "--presets" in helped.stdout
