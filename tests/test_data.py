@@ -253,3 +253,16 @@ def test_augmentation_shapes_flip_crop_and_per_client_difference():
     assert 5 < same < 32 and 5 < flipped < 32  # p(identity) = p(flip only) = 1/4 (+ crop at 0,0)
     normalized = data.normalize(np.full((2, 2, 2, 3), 255, np.uint8), [0.5] * 3, [0.25] * 3)
     np.testing.assert_allclose(normalized, 2.0)
+
+
+def test_a_cache_folder_that_cannot_be_written_decodes_and_warns(tmp_path):
+    """FEDINIT_CACHE_DIR a file (or read-only): the split is decoded and used, with a
+    warning, instead of an errno line after the decoding."""
+    import tensorflow_datasets as tfds
+
+    not_a_folder = tmp_path / "a_file"
+    not_a_folder.write_text("x")
+    with tfds.testing.mock_data(num_examples=30):
+        with pytest.warns(UserWarning, match="cannot be written: .* is not cached"):
+            x, y, _ = data.load("cifar100", "train", cache_dir=str(not_a_folder))
+    assert x.shape == (30, 32, 32, 3) and y.shape == (30,)

@@ -10,6 +10,7 @@ second load skips the PNG decoding. The TFDS dir itself is only read. With inter
 installed for that one preparation step).
 """
 import os
+import warnings
 
 import numpy as np
 
@@ -65,6 +66,7 @@ def load(name: str, split: str, *, data_dir=None, cache_dir=None, download: bool
         check_split(images, labels, num_classes, f"the cached copy {cache}.*.npy of {key} "
                     "(delete it to decode the split again)")
         return images, labels, num_classes
+    writable = _writable(os.path.dirname(cache))  # asked before decoding, not after
     try:
         rows = [source[i] for i in range(len(source))]
     except Exception as err:  # a truncated or damaged record file
@@ -73,8 +75,26 @@ def load(name: str, split: str, *, data_dir=None, cache_dir=None, download: bool
     images = np.stack([np.asarray(r["image"], np.uint8) for r in rows])
     labels = np.asarray([r["label"] for r in rows], np.int32)
     check_split(images, labels, num_classes, f"{key} in {builder.data_dir}")
-    _save_atomically(cache, images, labels)
+    if writable:
+        _save_atomically(cache, images, labels)
+    else:
+        warnings.warn(f"the cache folder {os.path.dirname(cache)!r} cannot be written: {key} "
+                      "was decoded and is not cached (set FEDINIT_CACHE_DIR or cache_dir= to "
+                      "a writable folder to skip the decoding next time)", stacklevel=2)
     return images, labels, num_classes
+
+
+def _writable(folder: str) -> bool:
+    """Whether the cache folder exists or can be made, and a file can be written there. A
+    read-only shared cache is still read (its copies above); it is only not written."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+        probe = os.path.join(folder, f".write_test_{os.getpid()}")
+        open(probe, "w").close()
+        os.remove(probe)
+        return True
+    except OSError:
+        return False
 
 
 def _read_cache(cache):
