@@ -501,3 +501,13 @@ def test_the_checkpoint_identifies_the_run_when_config_json_is_gone(tmp_path):
         shutil.rmtree(tmp_path / "checkpoints" / name)
     with pytest.raises(simulation.WorkdirError, match="holds 6 rounds but no config.json"):
         simulation.run(SMALL6, str(tmp_path), **QUIET)
+
+
+def test_a_cut_checkpoint_write_leaves_no_temporary_folder_after_resume(tmp_path):
+    simulation.run(SMALL, str(tmp_path), **QUIET)
+    left = tmp_path / "checkpoints" / "5.orbax-checkpoint-tmp-1234567"
+    left.mkdir()
+    (left / "partial").write_text("x")
+    simulation.run(SMALL6, str(tmp_path), **QUIET)
+    assert not left.exists()
+    assert "5" in os.listdir(tmp_path / "checkpoints")
