@@ -89,3 +89,24 @@ def test_api_misuse_is_one_clear_error(monkeypatch):
     with pytest.raises(ValueError, match="config.dataset='nothing': its task family's build "
                                          "returned NoneType, not a tasks.Task"):
         experiment.build({**quiet_config(), "dataset": "nothing"})
+
+
+def test_the_memory_check_builds_no_round_input(monkeypatch):
+    """The compiled round is checked against the memory with abstract batches: only one
+    client's batches are built on the host (for the shapes), never the N x K x B input (a
+    Shakespeare batch of 100,000 peaked at 16 GB before it was refused)."""
+    import jax
+
+    config = quiet_config()
+    task = tasks.family(config["dataset"]).build(config)
+    sizes = []
+
+    def recording(ids, rng):
+        sizes.append(len(ids))
+        return task.round_batches(ids, rng)
+
+    first = experiment.first_round_input(config, task._replace(round_batches=recording))
+    assert sizes == [1]
+    n = experiment.clients_per_round(config)
+    assert all(isinstance(x, jax.ShapeDtypeStruct) and x.shape[0] == n
+               for x in jax.tree.leaves(first.batches))

@@ -278,8 +278,10 @@ def round_input(config, client_sizes, ids, mask, batches, step_mask, local_lr) -
 
 
 def first_round_input(config, task: tasks.Task) -> RoundInput:
-    """A round input of the run's largest shapes and its dtypes (the N largest clients, so
-    that masked epochs take their largest K; every slot real)."""
+    """A round input of the run's largest shapes and its dtypes, its batches abstract
+    (jax.ShapeDtypeStruct: nothing of the N x K x B input is built on the host before the
+    compiled round is known to fit). The shapes come from one real client, the largest, so
+    that masked epochs take their largest K; every slot real."""
     n = clients_per_round(config)
     largest = np.argsort(-np.asarray(task.client_sizes), kind="stable")
     ids = largest[np.arange(n) % config["num_clients"]].astype(np.int32)
@@ -287,7 +289,10 @@ def first_round_input(config, task: tasks.Task) -> RoundInput:
     # to a multiple of the devices; otherwise the first round would not reuse this compile
     padded = (config["participation_mode"] == "bernoulli" or n != expected_clients(config))
     mask = np.ones(n, bool) if padded else None
-    batches, step_mask = task.round_batches(ids, np.random.default_rng(0))
+    one, step_mask = task.round_batches(ids[:1], np.random.default_rng(0))
+    batches = jax.tree.map(lambda x: jax.ShapeDtypeStruct((n, *x.shape[1:]), x.dtype), one)
+    if step_mask is not None:
+        step_mask = np.ones((n, step_mask.shape[1]), bool)
     return round_input(config, task.client_sizes, ids, mask, batches, step_mask,
                        config["local_lr"])
 
