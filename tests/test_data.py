@@ -266,3 +266,12 @@ def test_a_cache_folder_that_cannot_be_written_decodes_and_warns(tmp_path):
         with pytest.warns(UserWarning, match="cannot be written: .* is not cached"):
             x, y, _ = data.load("cifar100", "train", cache_dir=str(not_a_folder))
     assert x.shape == (30, 32, 32, 3) and y.shape == (30,)
+
+
+def test_a_garbage_dataset_info_is_one_error_naming_the_data_dir(tmp_path):
+    version = tmp_path / "cifar10" / "3.0.2"
+    version.mkdir(parents=True)
+    (version / "dataset_info.json").write_text("{not json at all")
+    with pytest.raises(ValueError, match=f"dataset 'cifar10': its files in the TFDS data dir "
+                                         f"{tmp_path} cannot be read"):
+        data.load("cifar10", "train", data_dir=str(tmp_path), cache_dir=str(tmp_path / "c"))

@@ -36,6 +36,11 @@ def _source(name, split, data_dir, download):
         builder = tfds.builder(name, data_dir=data_dir)
     except tfds.core.registered.DatasetNotFoundError:
         raise ValueError(f"dataset={name!r} is not a TFDS dataset name") from None
+    except Exception as err:  # noqa: BLE001 - a damaged dataset_info.json (protobuf ParseError)
+        first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+        raise ValueError(f"dataset {name!r}: its files in the TFDS data dir "
+                         f"{data_dir or '(TFDS default)'} cannot be read ({type(err).__name__}: "
+                         f"{first}); restore or remove that dataset's folder") from None
     if download:
         builder.download_and_prepare()
     try:
