@@ -65,7 +65,29 @@ def test_sigterm_ends_a_stuck_run_within_the_grace_period(tmp_path):
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM and time.time() - t0 < 15
     assert "stopped by SIGTERM (no round boundary within 2 s)" in stderr, stderr
+    assert "the checkpoint after round 1 is kept" in stderr, stderr
     assert (tmp_path / "run" / "checkpoints" / "1").is_dir()  # round 1's is kept
+
+
+def test_a_stop_before_any_checkpoint_does_not_claim_one(tmp_path):
+    """Stuck in round 1, nothing saved yet: the forced exit says so (it said the last
+    checkpoint was kept when there was none)."""
+    script = (
+        "import time, sys; sys.path.insert(0, 'tests')\n"
+        "from conftest import quiet_config, QUIET\n"
+        "from fedinit_jax.experiment import simulation\n"
+        "def stuck(point, t):\n"
+        "    if point == 'round_start' and t == 1:\n"
+        "        print('stuck', flush=True); time.sleep(600)\n"
+        f"simulation.run(quiet_config(), {str(tmp_path / 'run')!r}, fault=stuck, **QUIET)\n")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "FEDINIT_STOP_GRACE_SECONDS": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline().strip() == "stuck"
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert "no checkpoint was taken yet, rerunning the same command starts over" in stderr
 
 
 @pytest.mark.parametrize("field", ["local_epochs", "local_steps"])

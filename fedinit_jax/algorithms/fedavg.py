@@ -58,5 +58,9 @@ def fedavg(loss_fn, *, server_lr: float = 1.0, server_optimizer=None, client_opt
 
 @shares_fedavg_options(fedavg)
 def fedinit(loss_fn, *, beta: float = 0.1, **options):
-    """FedInit: FedAvg with relaxed initialization w_i0 = w + beta (w - w_i), beta = 0.1."""
+    """FedInit: FedAvg with relaxed initialization w_i0 = w + beta (w - w_i), beta = 0.1.
+
+    delta_from="global" (Algorithm 1) carries the RI offset beta mean_S(w - w_i) into w; a
+    server_optimizer with state (momentum, Adam) would accumulate that offset and drift, so
+    it is refused with "global": use delta_from="start" with it (help(fedavg))."""
     return fedavg(loss_fn, beta=beta, **options)
