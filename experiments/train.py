@@ -37,10 +37,14 @@ MAX_TIMEOUT = 86400  # a day; JAX's runtime overflows past 2^31 ms
 
 def _drop_closed_loop_noise(unraisable):
     """After a failed checkpoint write, tensorstore's callbacks may still reach orbax's closed
-    asyncio loop and print "Event loop is closed" tracebacks; the failure itself is reported
-    in one line. Everything else goes to Python's default hook."""
-    if not (isinstance(unraisable.exc_value, RuntimeError)
-            and "Event loop is closed" in str(unraisable.exc_value)):
+    asyncio loop and print "Event loop is closed" tracebacks, and after an unreadable
+    checkpoint orbax's abandoned read coroutines print their errors when collected; the
+    failure itself is reported in one line. Everything else goes to Python's default hook."""
+    code = getattr(unraisable.object, "cr_code", None)
+    orbax_read = code is not None and "orbax" in code.co_filename
+    closed_loop = (isinstance(unraisable.exc_value, RuntimeError)
+                   and "Event loop is closed" in str(unraisable.exc_value))
+    if not (orbax_read or closed_loop):
         sys.__unraisablehook__(unraisable)
 
 

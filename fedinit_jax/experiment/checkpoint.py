@@ -73,7 +73,8 @@ class Checkpointer:
                         "layout (another algorithm, or one saved by an earlier fedinit_jax "
                         "whose FedState fields differ); nothing was moved: resume it with the "
                         "version that wrote it, or use a new workdir") from None
-                why = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+                text = str(err).splitlines()[0].split(" See full TensorStore details")[0]
+                why = f"{type(err).__name__}: {text[:200]}"
                 self.damaged.append((step, why))
                 if not keep_damaged:
                     self.set_aside(step, why)

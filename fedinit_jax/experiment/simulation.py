@@ -367,10 +367,11 @@ def _resume(checkpointer, state, config, workdir, log):
         return len(written), state, written
     start, restored = checkpointer.restore(state, keep_damaged=True)
     if checkpointer.damaged and not start and written:
-        rounds = ", ".join(f"round {step} ({why})" for step, why in checkpointer.damaged)
+        rounds = ", ".join(f"round {step}" for step, _ in checkpointer.damaged)
+        why = checkpointer.damaged[0][1]
         raise WorkdirError(
-            f"{workdir!r}: the checkpoint after {rounds} is unreadable and no other is left, "
-            f"but {workdir_lib.METRICS} holds rounds 1..{len(written)}: resuming would start "
+            f"{workdir!r}: the checkpoint after {rounds} is unreadable ({why}) and no other is "
+            f"left, but {workdir_lib.METRICS} holds rounds 1..{len(written)}: resuming would start "
             "over and rewrite them. Nothing was changed; to recompute every round, move "
             f"{workdir_lib.METRICS} and checkpoints/ aside and rerun")
     for step, why in checkpointer.damaged:
