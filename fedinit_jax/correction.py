@@ -42,9 +42,10 @@ class ServerInput(NamedTuple):
     mean_w_end: mean_S(w_iK).  mean_progress: mean_S(p_i), p_i = w_iK - w_i0.
     lr_sum: K * eta_l, the sum of the round's K local step sizes (with masked steps,
       RoundInput.step_mask: the mean over S of each client's real steps times eta_l).
-    old_clients / new_clients: the sampled clients' states before / after the round, [N, ...].
-    all_clients: every client's state after the round, [C, ...] (float32).
-    num_clients: C.  mask: None, or [N] float: 1 for a sampled client, 0 for a padded slot
+    old_clients / new_clients: the sampled clients' states before / after the round, [N, ...]
+      (a quantity over all C, FedDyn's mean_C(h_i), is kept in the server state and moved
+      by new - old: a round reads no other client's state).
+    num_clients: C ([] float32, traced).  mask: None, or [N] float: 1 for a sampled client, 0 for a padded slot
       (Bernoulli participation), which must not count (RoundInput.mask as numbers).
     """
 
@@ -54,8 +55,7 @@ class ServerInput(NamedTuple):
     lr_sum: Array
     old_clients: PyTree
     new_clients: PyTree
-    all_clients: PyTree
-    num_clients: int
+    num_clients: Array
     mask: Array | None
 
 
@@ -163,7 +163,7 @@ def compose(base: Correction, extra: Correction) -> Correction:
     def update(state, inputs):
         def part(name):
             return inputs._replace(**{f: getattr(getattr(inputs, f), name)
-                                      for f in ("old_clients", "new_clients", "all_clients")})
+                                      for f in ("old_clients", "new_clients")})
 
         base_state, w = base.server.update(state.base, part("base"))
         extra_state, w = extra.server.update(state.extra, part("extra")._replace(w_candidate=w))

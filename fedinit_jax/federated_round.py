@@ -39,8 +39,15 @@ narrower float (client_state_dtype="bfloat16": half the memory of float32) when 
 on the device; it is widened to float32 when read and rounded when written, so w_i is
 bf16(w_iK) and everything else is computed in float32.
 
-Metrics: train_loss (mean local loss), divergence = mean_S ||w_iK - w_new||^2 (the authors'
-code) and divergence_all = (1/C) sum_C ||w_i - w_new||^2 (the paper's Delta^t).
+Metrics: train_loss (mean local loss) and divergence = mean_S ||w_iK - w_new||^2 (the
+authors' code). The paper's Delta^t = (1/C) sum_C ||w_i - w||^2 reads every client, so it is
+no round metric: divergence_all(client_params, w), which the binaries take on evaluation
+rounds.
+
+The round is cohort_round on the sampled clients' rows (Cohort): federated_round gathers
+them from FedState's [C, ...] tables and scatters the new ones back; a ClientStore
+(client_store.py) does the same from host memory or disk. Nothing in a round reads another
+client's state, so its cost is the cohort's, not the federation's.
 """
 import functools
 from collections.abc import Callable
@@ -214,15 +221,14 @@ def skip_client(args):
     return w0, optax.tree.zeros_like(w0), no_loss, client_state
 
 
-def train_clients(spec: RoundSpec, runtime: Runtime, state: FedState, round_input, lr, key,
-                  counted: Slots):
+def train_clients(spec: RoundSpec, runtime: Runtime, state: FedState, cohort: "Cohort",
+                  round_input, lr, key, counted: Slots):
     """Every slot's client_update, mapped as the runtime says (execution.py), a padded slot
     skipped: by lax.cond one client at a time, by selection side by side (module doc).
     Returns (w_iK, p_i, losses, new client states, old client states), each [N, ...]."""
     w = state.params
-    old_clients = load(runtime, tree.gather(state.client_state, counted.ids))
-    w_start = tree.relaxed_init(w, load(runtime, tree.gather(state.client_params, counted.ids)),
-                                state.beta)
+    old_clients = load(runtime, cohort.client_state)
+    w_start = tree.relaxed_init(w, load(runtime, cohort.client_params), state.beta)
     # a client's key from its id, not its slot: where a client sits (data.spread) and how
     # many devices share the slots never change its randomness
     client_keys = jax.vmap(jax.random.fold_in, (None, 0))(key, counted.ids)
@@ -246,13 +252,11 @@ def train_clients(spec: RoundSpec, runtime: Runtime, state: FedState, round_inpu
     return (*results, old_clients)
 
 
-def aggregate(spec: RoundSpec, runtime: Runtime, state: FedState, lr, counted: Slots, w_end,
-              progress, new_clients, old_clients):
+def aggregate(spec: RoundSpec, state: FedState, lr, counted: Slots, w_end, progress,
+              new_clients, old_clients, num_clients):
     """The server (Algorithm 1 lines 14-16 and the correction's server update):
-    w <- w + server_opt(mean_S(delta_i)), w_i <- w_iK and the client states written for S.
-    Returns (w_new, server_opt_state, server_state, client_params, client_state)."""
+    w <- w + server_opt(mean_S(delta_i)). Returns (w_new, server_opt_state, server_state)."""
     w = state.params
-    num_clients = jax.tree.leaves(state.client_params)[0].shape[0]
     mean_progress = tree.client_mean(progress, counted.aggregation)
     if spec.delta_from == "start":
         mean_delta = mean_progress
@@ -262,41 +266,75 @@ def aggregate(spec: RoundSpec, runtime: Runtime, state: FedState, lr, counted: S
     pseudo_grad = jax.tree.map(jnp.negative, mean_delta)
     updates, server_opt_state = spec.server_optimizer.update(pseudo_grad,
                                                              state.server_opt_state, w)
-    client_params = tree.scatter(state.client_params, counted.ids, w_end)
-    client_state = tree.scatter(state.client_state, counted.ids, new_clients)
     server_state, w_new = spec.correction.server.update(state.server_state, ServerInput(
         w_candidate=optax.apply_updates(w, updates),
         mean_w_end=tree.client_mean(w_end, counted.aggregation), mean_progress=mean_progress,
         lr_sum=tree.client_mean(counted.real_steps, counted.mask) * lr,
-        old_clients=old_clients, new_clients=new_clients,
-        all_clients=load(runtime, client_state), num_clients=num_clients,
+        old_clients=old_clients, new_clients=new_clients, num_clients=num_clients,
         mask=counted.mask))
-    return w_new, server_opt_state, server_state, client_params, client_state
+    return w_new, server_opt_state, server_state
 
 
-def round_metrics(losses, w_end, w_new, client_params, mask) -> dict:
-    """train_loss = mean_S local loss; divergence = mean_S ||w_iK - w_new||^2 (the authors');
-    divergence_all = (1/C) sum_C ||w_i - w_new||^2 (the paper's Delta^t)."""
+def round_metrics(losses, w_end, w_new, mask) -> dict:
+    """train_loss = mean_S local loss; divergence = mean_S ||w_iK - w_new||^2 (the authors').
+    The paper's Delta^t over every client is not a round metric (it reads all C):
+    divergence_all, on evaluation rounds."""
     return {
         "train_loss": tree.client_mean(losses, mask),
         "divergence": tree.client_mean(tree.per_client_sq_dist(w_end, w_new), mask),
-        "divergence_all": jnp.mean(tree.per_client_sq_dist(client_params, w_new)),
     }
+
+
+class Cohort(NamedTuple):
+    """The sampled clients' rows of the per-client state, each leaf [N, ...] in the stored
+    dtype (Runtime.client_state_dtype): their last local models w_i and correction states.
+    Gathered from wherever the federation keeps them (FedState's tables, a ClientStore)."""
+
+    client_params: Any
+    client_state: Any
+
+
+def cohort_round(spec: RoundSpec, runtime: Runtime, state: FedState, cohort: Cohort,
+                 round_input: RoundInput, key, num_clients):
+    """One round on the cohort's rows, pure: (state, cohort, round_input, key, C) ->
+    (state, new cohort, metrics). Only the cohort is read and written: a round costs O(N d)
+    whatever C is. state's client tables are neither read nor changed (None for a
+    federation held in a ClientStore); the new rows of padded slots mean nothing and are
+    not to be written back.
+    num_clients: C, a Python int (SCAFFOLD's c and FedDyn's mean_C(h_i) move by the
+    cohort's changes / C)."""
+    counted = slots(round_input, num_clients)
+    lr = jnp.asarray(round_input.local_lr, jnp.float32)
+    w_end, progress, losses, new_clients, old_clients = train_clients(
+        spec, runtime, state, cohort, round_input, lr, key, counted)
+    w_new, server_opt_state, server_state = aggregate(
+        spec, state, lr, counted, w_end, progress, new_clients, old_clients, num_clients)
+    new_state = state._replace(params=w_new, server_opt_state=server_opt_state,
+                               server_state=server_state, rounds_done=state.rounds_done + 1)
+    new_cohort = Cohort(store(runtime, w_end), store(runtime, new_clients))
+    return new_state, new_cohort, round_metrics(losses, w_end, w_new, counted.mask)
 
 
 def federated_round(spec: RoundSpec, runtime: Runtime, state: FedState,
                     round_input: RoundInput, key):
-    """One round, pure: (state, round_input, key) -> (state, metrics) (module doc)."""
+    """One round, pure: (state, round_input, key) -> (state, metrics): the cohort's rows
+    gathered from FedState's [C, ...] tables, cohort_round, the new rows scattered back (a
+    padded slot's id is C: read clipped, its write dropped)."""
     num_clients = jax.tree.leaves(state.client_params)[0].shape[0]
-    counted = slots(round_input, num_clients)
-    lr = jnp.asarray(round_input.local_lr, jnp.float32)
-    w_end, progress, losses, new_clients, old_clients = train_clients(
-        spec, runtime, state, round_input, lr, key, counted)
-    w_new, server_opt_state, server_state, client_params, client_state = aggregate(
-        spec, runtime, state, lr, counted, w_end, progress, new_clients, old_clients)
-    new_state = FedState(w_new, client_params, server_opt_state, server_state, client_state,
-                         state.beta, state.rounds_done + 1)
-    return new_state, round_metrics(losses, w_end, w_new, client_params, counted.mask)
+    ids = slots(round_input, num_clients).ids
+    cohort = Cohort(tree.gather(state.client_params, ids), tree.gather(state.client_state, ids))
+    new_state, new_cohort, metrics = cohort_round(spec, runtime, state, cohort, round_input,
+                                                  key, num_clients)
+    return new_state._replace(
+        client_params=tree.scatter(state.client_params, ids, new_cohort.client_params),
+        client_state=tree.scatter(state.client_state, ids, new_cohort.client_state)), metrics
+
+
+def divergence_all(client_params, w) -> Array:
+    """The paper's Delta^t = (1/C) sum_C ||w_i - w||^2 over a [C, ...] table of last local
+    models (stored dtype, widened to float32). It reads every client: the binaries take it
+    on evaluation rounds only (a ClientStore streams its rows: client_store.py)."""
+    return jnp.mean(tree.per_client_sq_dist(_floats_to(jnp.float32, client_params), w))
 
 
 def build_algorithm(loss_fn, *, correction: Correction = NONE, beta: float = 0.0,
@@ -391,9 +429,18 @@ def compile_algorithm(spec: RoundSpec, runtime: Runtime) -> FederatedAlgorithm:
         return compile_algorithm(spec, (current if runtime is None else runtime)
                                  ._replace(**fields))
 
+    # C static, as the tables' row count is to apply: the same XLA program, bit for bit
+    jitted_cohort = jax.jit(functools.partial(cohort_round, spec, runtime), static_argnums=4)
+
+    def apply_cohort(state: FedState, cohort: Cohort, round_input: RoundInput, key,
+                     num_clients: int):
+        """One round on the cohort's rows (cohort_round; pure, jittable): (state, cohort,
+        round_input, key, C) -> (state, new cohort, metrics); C a Python int."""
+        return jitted_cohort(state, cohort, as_arrays(round_input), key, int(num_clients))
+
     return FederatedAlgorithm(init=functools.partial(init_state, spec, runtime), apply=apply,
                               lower=lower, runtime=runtime, with_runtime=with_runtime,
-                              spec=spec)
+                              spec=spec, apply_cohort=apply_cohort)
 
 
 @functools.lru_cache(maxsize=64)

@@ -136,6 +136,9 @@ class FederatedAlgorithm(NamedTuple):
       Runtime, or fields of this one replaced).
     spec: what the round computes (federated_round.RoundSpec: loss, correction, beta,
       delta_from, optimizers, clip, weight decay).
+    apply_cohort(state, cohort, round_input, key, num_clients) -> (state, cohort, metrics):
+      the same round on the sampled clients' rows only (federated_round.Cohort, [N, ...]),
+      for a federation whose per-client state lives in a ClientStore (client_store.py).
     What an algorithm communicates and stores is the registry's (algorithms.REGISTRY[name]
     .costs).
     """
@@ -146,3 +149,4 @@ class FederatedAlgorithm(NamedTuple):
     runtime: Runtime
     with_runtime: Callable[..., "FederatedAlgorithm"]
     spec: Any
+    apply_cohort: Callable[..., tuple] = None

@@ -18,8 +18,8 @@ def test_end_to_end_metrics_fields(tmp_path):
     assert result.returncode == 0, result.stderr
     got = rows(tmp_path)
     assert [r["round"] for r in got] == [1, 2, 3]
-    every = {"round", "train_loss", "divergence", "divergence_all", "local_lr", "train_seconds"}
-    evaluated = every | {"test_accuracy", "test_loss", "eval_seconds"}
+    every = {"round", "train_loss", "divergence", "local_lr", "train_seconds"}
+    evaluated = every | {"test_accuracy", "test_loss", "eval_seconds", "divergence_all"}
     assert set(got[0]) == every and set(got[1]) == evaluated and set(got[2]) == evaluated
     assert 0.0 <= got[2]["test_accuracy"] <= 1.0 and got[2]["test_loss"] > 0
     assert got[1]["local_lr"] == pytest.approx(0.1 * 0.998)

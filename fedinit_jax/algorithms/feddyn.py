@@ -3,6 +3,8 @@
     local gradient:  clip(g + lam * (h_i - w_i0)) + (wd + lam) * w_k
     after training:  h_i <- h_i + p_i,   p_i = w_iK - w_i0 (the local progress)
     server:          w <- mean_S(w_iK) + mean_C(h_i)     (eta_g and delta_from unused)
+                     mean_C(h_i) is kept as server state, moved by the cohort's changes
+                     sum_S(h_i+ - h_i) / C: a round reads only its clients' h_i
 
 Without clipping this is g + lam * h_i + lam * (w_k - w_i0) + wd * w_k. With clipping the
 authors clip only g + lam * (h_i - w_i0) and add lam * w_k with the weight decay afterwards
@@ -27,6 +29,7 @@ from fedinit_jax.algorithms.fedavg import fedavg
 from fedinit_jax.algorithms.options import shares_fedavg_options
 from fedinit_jax.checks import check_number
 from fedinit_jax.correction import ClientCorrection, Correction, ServerCorrection
+from fedinit_jax.tree import client_sum
 from fedinit_jax.types import Costs, Params
 
 
@@ -38,10 +41,17 @@ def _finalize(ctx, progress, _lr_sum, _carry):
     return FedDynClientState(jax.tree.map(jnp.add, ctx.client_state.h, progress))
 
 
+class FedDynState(NamedTuple):
+    mean_h: Params  # mean_C(h_i), kept from the cohort's changes (no read of every h_i)
+
+
 def _server_update(state, inputs):
-    """w = mean_S(w_iK) + mean_C(h_i); no server state."""
-    return state, jax.tree.map(lambda w, h: w + jnp.mean(h, axis=0), inputs.mean_w_end,
-                               inputs.all_clients.h)
+    """mean_C(h_i) += sum_S(h_i+ - h_i) / C (only the cohort's h_i change);
+    w = mean_S(w_iK) + mean_C(h_i)."""
+    change = client_sum(jax.tree.map(jnp.subtract, inputs.new_clients.h, inputs.old_clients.h),
+                        inputs.mask)
+    mean_h = jax.tree.map(lambda m, dh: m + dh / inputs.num_clients, state.mean_h, change)
+    return FedDynState(mean_h), jax.tree.map(jnp.add, inputs.mean_w_end, mean_h)
 
 
 COSTS = Costs(server_state=("mean_h",), client_state=("h_i",))
@@ -57,7 +67,8 @@ def correction(lam: float) -> Correction:
     return Correction(
         client=ClientCorrection(init=lambda w: FedDynClientState(optax.tree.zeros_like(w)),
                                 gradient=gradient, finalize=_finalize, decay=lam),
-        server=ServerCorrection(update=_server_update),
+        server=ServerCorrection(init=lambda w: FedDynState(optax.tree.zeros_like(w)),
+                                update=_server_update),
         costs=COSTS)
 
 

@@ -11,7 +11,8 @@ Per round t (0-based), everything random is derived from (seed, t):
 so a resumed run recomputes rounds after its last checkpoint bit for bit.
 
 Outputs in the workdir (workdir.py): config.json (the resolved config), metrics.jsonl (one
-JSON object per round, flushed each round), TensorBoard events under tb/, checkpoints/
+JSON object per round, flushed each round; the paper's Delta^t, divergence_all, reads every
+client and is taken on evaluation rounds only), TensorBoard events under tb/, checkpoints/
 (orbax). One process at a time writes a workdir (a lock); a failed write ends the run with
 WriteError naming the file and the last good checkpoint.
 """
@@ -32,7 +33,7 @@ from fedinit_jax.experiment import distributed
 from fedinit_jax.experiment import workdir as workdir_lib
 from fedinit_jax.experiment.checkpoint import Checkpointer
 from fedinit_jax.experiment.workdir import WorkdirBusy, WorkdirError, WriteError, read_metrics  # noqa: F401 (API)
-from fedinit_jax.federated_round import check_round_input, check_state
+from fedinit_jax.federated_round import check_round_input, check_state, divergence_all
 
 RESUMABLE_CHANGES = ("rounds",)  # fields that may differ when a run is resumed (extended)
 
@@ -203,6 +204,9 @@ def _make_workdir(workdir: str) -> None:
         raise WorkdirError(f"workdir={workdir!r} is not writable: {err.strerror}") from None
 
 
+_divergence_all = jax.jit(divergence_all)  # reads every client: evaluation rounds only
+
+
 @jax.jit
 def _all_finite(tree):
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
@@ -274,6 +278,8 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop):
             if (t + 1) % config["eval_every"] == 0 or t + 1 == rounds:
                 t1 = time.perf_counter()
                 row.update({k: float(v) for k, v in exp.evaluate(state.params).items()})
+                row["divergence_all"] = float(_divergence_all(state.client_params,
+                                                              state.params))
                 fault("eval", t + 1)
                 row["eval_seconds"] = time.perf_counter() - t1
             rows.append(row)
