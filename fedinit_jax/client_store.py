@@ -148,28 +148,120 @@ class DeviceStore:
         return self.num_clients
 
 
-class HostStore:
-    """Rows in host memory (numpy), created when a client is first sampled."""
+class _Lazy:
+    """What HostStore and DiskStore share: rows created when first written, reads of the
+    others as the initial row, Delta^t streamed, and incremental checkpoints.
 
-    def __init__(self, algo: FederatedAlgorithm, params, num_clients: int):
+    Checkpoints (the binaries' resume, exact after a kill at any moment): attach(folder)
+    starts a journal of the ids written (appended before their rows are written);
+    checkpoint(t) saves the rows written since the last committed checkpoint as
+    folder/delta-<t>.npz (one file, renamed into place: the rows of round t's cohorts only,
+    not C); committed(t) empties the journal once the server state of round t is saved too;
+    restore(t) brings the rows back to round t: deltas after t are removed, and every row
+    the journal names is rewritten from the newest delta <= t that holds it, or forgotten
+    (a client first sampled after t)."""
+
+    def _init_lazy(self, algo, params, num_clients):
         if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
             raise ValueError(f"num_clients={num_clients!r} must be a positive int")
         self.num_clients = int(num_clients)
         self.layout = _Layout(initial_row(algo, params))
+        self.folder = self._journal = None
+
+    def gather(self, ids) -> Cohort:
+        return self.layout.unflatten(self._read_flat(_check_ids(ids, self.num_clients)))
+
+    def scatter(self, ids, rows: Cohort) -> None:
+        ids = _check_ids(ids, self.num_clients)
+        if not ids.size:
+            return
+        if self._journal is not None:  # before the rows: a kill between leaves a named id
+            self._journal.write(ids.tobytes())
+            self._journal.flush()
+        self._write_flat(ids, self.layout.flatten(rows))
+
+    def divergence_all(self, w) -> float:
+        w_flat = _flat_params(w)
+        held = self._held_ids()
+        total = sum(self.layout.sq_dist(self._read_flat(held[s:s + CHUNK_ROWS]), w_flat)
+                    for s in range(0, held.size, CHUNK_ROWS))
+        total += (self.num_clients - held.size) * self.layout.sq_dist(
+            self.layout.initial[None], w_flat)
+        return total / self.num_clients
+
+    @property
+    def rows_held(self) -> int:
+        return int(self._held_ids().size)
+
+    # -------------------------------------------------------------- incremental checkpoints
+    def attach(self, folder: str) -> None:
+        """Journal the ids written from now on into folder (checkpoint / restore)."""
+        os.makedirs(folder, exist_ok=True)
+        self.folder = folder
+        self._journal = open(os.path.join(folder, "journal"), "ab")
+
+    def _journaled(self) -> np.ndarray:
+        self._journal.flush()
+        with open(os.path.join(self.folder, "journal"), "rb") as f:
+            data = f.read()
+        return np.unique(np.frombuffer(data[:len(data) // 8 * 8], np.int64))
+
+    def _deltas(self) -> list[int]:
+        return sorted(int(n[6:-4]) for n in os.listdir(self.folder)
+                      if n.startswith("delta-") and n.endswith(".npz"))
+
+    def checkpoint(self, rounds_done: int) -> None:
+        """folder/delta-<rounds_done>.npz: the rows written since the last commit."""
+        ids = self._journaled()
+        path = os.path.join(self.folder, f"delta-{rounds_done}.npz")
+        tmp = f"{path}.tmp{os.getpid()}.npz"
+        np.savez(tmp, ids=ids, rows=self._read_flat(ids))
+        os.replace(tmp, path)
+
+    def committed(self, rounds_done: int) -> None:
+        """The checkpoint of rounds_done is complete (server state saved): the journal starts
+        anew."""
+        del rounds_done
+        self._journal.truncate(0)
+        self._journal.seek(0)
+
+    def restore(self, rounds_done: int) -> None:
+        """The rows as they were after round rounds_done (0: none written)."""
+        for t in self._deltas():
+            if t > rounds_done:
+                os.remove(os.path.join(self.folder, f"delta-{t}.npz"))
+        self._rewrite(self._journaled())
+        self.committed(rounds_done)
+
+    def _newest_rows(self, ids) -> dict:
+        """{id: its row in the newest delta holding it} for the ids some delta holds."""
+        wanted, found = set(ids.tolist()), {}
+        for t in reversed(self._deltas()):
+            if len(found) == len(wanted):
+                break
+            with np.load(os.path.join(self.folder, f"delta-{t}.npz")) as delta:
+                for k, i in enumerate(delta["ids"].tolist()):
+                    if i in wanted and i not in found:
+                        found[i] = delta["rows"][k]
+        return found
+
+
+class HostStore(_Lazy):
+    """Rows in host memory (numpy), created when a client is first sampled."""
+
+    def __init__(self, algo: FederatedAlgorithm, params, num_clients: int):
+        self._init_lazy(algo, params, num_clients)
         self.slot = {}  # client id -> its row in self.rows (the clients ever sampled)
         self.rows = np.empty((0, self.layout.width), self.layout.dtype)
 
-    def gather(self, ids) -> Cohort:
-        ids = _check_ids(ids, self.num_clients)
+    def _read_flat(self, ids) -> np.ndarray:
         flat = np.empty((ids.size, self.layout.width), self.layout.dtype)
         for k, i in enumerate(ids.tolist()):
             at = self.slot.get(i)
             flat[k] = self.layout.initial if at is None else self.rows[at]
-        return self.layout.unflatten(flat)
+        return flat
 
-    def scatter(self, ids, rows: Cohort) -> None:
-        ids = _check_ids(ids, self.num_clients)
-        flat = self.layout.flatten(rows)
+    def _write_flat(self, ids, flat) -> None:
         for k, i in enumerate(ids.tolist()):
             at = self.slot.get(i)
             if at is None:
@@ -181,45 +273,26 @@ class HostStore:
                     self.rows = grown
             self.rows[at] = flat[k]
 
-    def divergence_all(self, w) -> float:
-        w_flat = _flat_params(w)
-        held = len(self.slot)
-        total = sum(self.layout.sq_dist(self.rows[s:min(s + CHUNK_ROWS, held)], w_flat)
-                    for s in range(0, held, CHUNK_ROWS))
-        total += (self.num_clients - held) * self.layout.sq_dist(self.layout.initial[None],
-                                                                 w_flat)
-        return total / self.num_clients
+    def _held_ids(self) -> np.ndarray:
+        return np.fromiter(self.slot, np.int64, len(self.slot))
 
-    @property
-    def rows_held(self) -> int:
-        return len(self.slot)
-
-    def save(self, path: str) -> None:
-        """The rows ever written, to path (.npz, written to a temporary file and renamed)."""
-        ids = np.fromiter(self.slot, np.int64, len(self.slot))
-        order = np.fromiter(self.slot.values(), np.int64, len(self.slot))
-        tmp = f"{path}.tmp{os.getpid()}.npz"
-        np.savez(tmp, ids=ids, rows=self.rows[order])
-        os.replace(tmp, path)
-
-    def restore(self, path: str) -> None:
-        with np.load(path) as saved:
-            ids, rows = saved["ids"], saved["rows"]
-        self.slot = {int(i): k for k, i in enumerate(ids)}
-        self.rows = rows.astype(self.layout.dtype)
+    def _rewrite(self, pending) -> None:
+        """Host memory does not outlive the process: rebuilt from the deltas (in order)."""
+        del pending
+        self.slot, self.rows = {}, np.empty((0, self.layout.width), self.layout.dtype)
+        for t in self._deltas():
+            with np.load(os.path.join(self.folder, f"delta-{t}.npz")) as delta:
+                self._write_flat(delta["ids"], delta["rows"])
 
 
-class DiskStore:
+class DiskStore(_Lazy):
     """Rows in a zarr array on disk through tensorstore, [C, width] in chunks of one row:
     a client never sampled has no chunk (no file), and reads as its initial row. Which rows
     exist is a second zarr array, [C] uint8, in chunks of 65,536 clients."""
 
     def __init__(self, algo: FederatedAlgorithm, params, num_clients: int, path: str):
         ts = require("tensorstore", "client_store.DiskStore")
-        if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
-            raise ValueError(f"num_clients={num_clients!r} must be a positive int")
-        self.num_clients = int(num_clients)
-        self.layout = _Layout(initial_row(algo, params))
+        self._init_lazy(algo, params, num_clients)
         self.path = path
         # bfloat16 rows are kept as float32 on disk: widening and rounding back is exact
         self.disk_dtype = np.float16 if self.layout.dtype == np.float16 else np.float32
@@ -237,32 +310,27 @@ class DiskStore:
         self.present = open_array("present", (self.num_clients,),
                                   (min(65536, self.num_clients),), np.uint8)
 
-    def gather(self, ids) -> Cohort:
-        ids = _check_ids(ids, self.num_clients)
+    def _read_flat(self, ids) -> np.ndarray:
+        if not ids.size:
+            return np.empty((0, self.layout.width), self.layout.dtype)
         present = np.asarray(self.present.oindex[ids].read().result()).astype(bool)
         flat = np.asarray(self.rows.oindex[ids, :].read().result()).astype(self.layout.dtype)
         flat[~present] = self.layout.initial
-        return self.layout.unflatten(flat)
+        return flat
 
-    def scatter(self, ids, rows: Cohort) -> None:
-        ids = _check_ids(ids, self.num_clients)
-        if not ids.size:
-            return
-        self.rows.oindex[ids, :].write(self.layout.flatten(rows).astype(self.disk_dtype)).result()
+    def _write_flat(self, ids, flat) -> None:
+        self.rows.oindex[ids, :].write(np.asarray(flat).astype(self.disk_dtype)).result()
         self.present.oindex[ids].write(np.ones(ids.size, np.uint8)).result()  # after the rows
 
-    def divergence_all(self, w) -> float:
-        w_flat = _flat_params(w)
-        held_ids = np.flatnonzero(self.present.read().result())
-        total = 0.0
-        for s in range(0, held_ids.size, CHUNK_ROWS):
-            chunk = held_ids[s:s + CHUNK_ROWS]
-            total += self.layout.sq_dist(np.asarray(self.rows.oindex[chunk, :].read().result())
-                                         .astype(self.layout.dtype), w_flat)
-        total += (self.num_clients - held_ids.size) * self.layout.sq_dist(
-            self.layout.initial[None], w_flat)
-        return total / self.num_clients
+    def _held_ids(self) -> np.ndarray:
+        return np.flatnonzero(np.asarray(self.present.read().result()))
 
-    @property
-    def rows_held(self) -> int:
-        return int(np.count_nonzero(self.present.read().result()))
+    def _rewrite(self, pending) -> None:
+        """Each journaled row back to its newest delta's, or absent (first written later)."""
+        found = self._newest_rows(pending)
+        back = np.array(sorted(found), np.int64)
+        if back.size:
+            self._write_flat(back, np.stack([found[i] for i in back.tolist()]))
+        gone = np.setdiff1d(pending, back)
+        if gone.size:
+            self.present.oindex[gone].write(np.zeros(gone.size, np.uint8)).result()

@@ -2,6 +2,8 @@
 bit (FedInit, SCAFFOLD, FedDyn, FedCM; fixed and Bernoulli-padded rounds; vmap and
 sequential; 1 and 2 devices); rows are created only for clients sampled; Delta^t streamed
 over the rows equals the table's; a federation of 1,000,000 clients runs its rounds."""
+import os
+
 import jax
 import numpy as np
 import pytest
@@ -90,16 +92,40 @@ def test_a_million_clients_cost_their_cohort(tmp_path):
         assert 0.99 < w0_share < 1
 
 
-def test_a_host_store_saved_and_restored_reads_the_same(tmp_path):
+@pytest.mark.parametrize("kind", ["host", "disk"])
+def test_incremental_checkpoints_restore_exactly_after_a_kill(tmp_path, kind):
+    """Rounds 1-2, checkpoint 2 (committed); rounds 3-4 and checkpoint 4's rows written but
+    not committed (a kill before the server state was saved): a new process's store,
+    restored to round 2, reads what the store read after round 2, rows first written later
+    included (they read as w^0 again); then rounds 3-4 again give the same rows."""
     algo = algorithms.scaffold(linreg_loss, beta=0.1)
     params = params_from(THETA0)
-    rows = client_store.HostStore(algo, params, C)
-    state = client_store.server_state(algo, params)
-    for inp, key in _rounds(C):
+
+    def make():
+        rows = (client_store.HostStore(algo, params, C) if kind == "host" else
+                client_store.DiskStore(algo, params, C, str(tmp_path / "rows")))
+        rows.attach(str(tmp_path / "checkpoints"))
+        return rows
+
+    rounds = list(_rounds(C, count=4))
+    rows, state = make(), client_store.server_state(algo, params)
+    for inp, key in rounds[:2]:
         state, _ = client_store.run_round(algo, state, rows, inp, key)
-    rows.save(str(tmp_path / "rows.npz"))
-    again = client_store.HostStore(algo, params, C)
-    again.restore(str(tmp_path / "rows.npz"))
-    assert _equal(again.gather(np.arange(C)), rows.gather(np.arange(C)))
+    rows.checkpoint(2)
+    rows.committed(2)
+    after_two, state_two = rows.gather(np.arange(C)), state
+    for inp, key in rounds[2:]:
+        state, _ = client_store.run_round(algo, state, rows, inp, key)
+    rows.checkpoint(4)  # killed before committed(4)
+    after_four = rows.gather(np.arange(C))
+    assert not _equal(after_four, after_two)
+    again = make()
+    again.restore(2)
+    assert _equal(again.gather(np.arange(C)), after_two)
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["delta-2.npz", "journal"]
+    state = state_two
+    for inp, key in rounds[2:]:
+        state, _ = client_store.run_round(algo, state, again, inp, key)
+    assert _equal(again.gather(np.arange(C)), after_four)
     with pytest.raises(ValueError, match=r"client ids must be a 1-D array in \[0, 40\)"):
-        rows.gather(np.array([40]))
+        again.gather(np.array([40]))
