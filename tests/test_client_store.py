@@ -129,3 +129,82 @@ def test_incremental_checkpoints_restore_exactly_after_a_kill(tmp_path, kind):
     assert _equal(again.gather(np.arange(C)), after_four)
     with pytest.raises(ValueError, match=r"client ids must be a 1-D array in \[0, 40\)"):
         again.gather(np.array([40]))
+
+
+# ------------------------------------------------------------------ the binaries' loop
+
+class _Fault(Exception):
+    pass
+
+
+@pytest.fixture(scope="module")
+def device_rows(tmp_path_factory):
+    """An uninterrupted run of the loop with the clients on the device: its rows."""
+    from conftest import QUIET, quiet_config, rows, without_timing
+
+    from fedinit_jax.experiment import simulation
+
+    workdir = tmp_path_factory.mktemp("device")
+    simulation.run(quiet_config(rounds=6, algorithm="scaffold", beta=0.1,
+                                client_store="device"), str(workdir), **QUIET)
+    return without_timing(rows(workdir))
+
+
+def _same(got, want):
+    """Rows equal; Delta^t (evaluation rounds) to float rounding: a store sums it in float64
+    over chunks of rows, the device table in float32."""
+    for a, b in zip(got, want, strict=True):
+        a, b = dict(a), dict(b)
+        assert a.pop("divergence_all", 0) == pytest.approx(b.pop("divergence_all", 0),
+                                                           rel=1e-5)
+        assert a == b
+
+
+@pytest.mark.parametrize("store", ["host", "disk"])
+@pytest.mark.parametrize("point", ["round_start:3", "metrics_written:3", "rows_saved:4",
+                                   "checkpoint_saved:2"])
+def test_the_loop_with_a_store_resumes_exactly_after_a_fault(tmp_path, device_rows, store,
+                                                             point):
+    from conftest import QUIET, quiet_config, rows, without_timing
+
+    from fedinit_jax.experiment import simulation
+
+    config = quiet_config(rounds=6, algorithm="scaffold", beta=0.1, client_store=store,
+                          checkpoint_every=2)
+    where, at = point.split(":")
+
+    def fault(name, rounds_done):
+        if (name, rounds_done) == (where, int(at)):
+            raise _Fault(point)
+
+    with pytest.raises(_Fault):
+        simulation.run(config, str(tmp_path), fault=fault, **QUIET)
+    simulation.run(config, str(tmp_path), **QUIET)
+    _same(without_timing(rows(tmp_path)), device_rows)
+    info = simulation.workdir_lib.read_json(str(tmp_path / "run_info.json"))
+    assert info["client_store"] == store
+
+
+def test_sigkill_of_the_binary_with_the_disk_store_then_resume(tmp_path, device_rows):
+    import signal
+    import time
+
+    from conftest import rows, train, without_timing
+
+    args = ["--config.rounds=6", "--config.num_clients=8", "--config.participation=0.5",
+            "--config.local_epochs=10", "--config.eval_every=2", "--config.checkpoint_every=2",
+            "--config.algorithm=scaffold", "--config.beta=0.1", "--config.client_store=disk"]
+    proc = train(tmp_path, *args, wait=False)
+    metrics = tmp_path / "metrics.jsonl"
+    deadline = time.time() + 200
+    while time.time() < deadline and not (metrics.exists()
+                                          and metrics.read_text().count("\n") >= 3):
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    resumed = train(tmp_path, *args)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "client store: disk" in resumed.stdout
+    want = train(tmp_path / "device", *args[:-1], "--config.client_store=device")
+    assert want.returncode == 0, want.stderr
+    _same(without_timing(rows(tmp_path)), without_timing(rows(tmp_path / "device")))

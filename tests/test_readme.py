@@ -36,7 +36,9 @@ def test_readme_sample_output_is_the_committed_run_of_its_command():
     sample = os.path.join(ROOT, "results", "readme_cifar10_sample")
     want = {**paper.get_config(preset).to_dict(),
             **{k: type(paper.get_config(preset)[k])(v) for k, v in overrides.items()}}
-    assert json.load(open(os.path.join(sample, "config.json"))) == want
+    from fedinit_jax.experiment import saved_config
+
+    assert saved_config(os.path.join(sample, "config.json")) == want  # added fields: as before
     block = re.search(r"Its output with the current code.*?```\n(.*?)```", text, re.S).group(1)
     shown = block.strip().splitlines()
     rows = [json.loads(line) for line in open(os.path.join(sample, "metrics.jsonl"))]

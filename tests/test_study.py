@@ -44,7 +44,9 @@ def text(tmp_path_factory):
 
 def _finished_config(folder):
     """The cell's config.json, once its metrics.jsonl is checked to hold rounds 1..rounds."""
-    config = json.load(open(os.path.join(folder, "config.json")))
+    from fedinit_jax.experiment import saved_config
+
+    config = saved_config(os.path.join(folder, "config.json"))  # fields added since: as before
     rows = [json.loads(line) for line in open(os.path.join(folder, "metrics.jsonl"))]
     assert [r["round"] for r in rows] == list(range(1, config["rounds"] + 1)), folder
     return config

@@ -55,6 +55,8 @@ def get_config():
     c.chunk_size = config_dict.placeholder(int)
     c.num_devices = 0               # shard clients over devices; 0 = all that divide N evenly
     c.client_state_dtype = "float32"  # float32 | bfloat16 | float16: storage of every w_i, c_i...
+    c.client_store = "auto"         # auto | device | host | disk: where w_i, c_i... live
+                                    # (auto: the device when it fits, else host memory)
     # loop
     c.rounds = 60
     c.eval_every = 5

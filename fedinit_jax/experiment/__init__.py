@@ -30,7 +30,10 @@ OPTIONS = ("delta_from", "weight_decay", "clip_norm")
 # fields added after runs were first saved, with the value that means "as before": a saved
 # config.json without such a field resumes under a config that keeps this value
 ADDED_FIELDS = {"client_state_dtype": "float32", "participation_mode": "fixed",
-                "local_steps": 0, "aggregation": "uniform"}
+                "local_steps": 0, "aggregation": "uniform", "client_store": "auto"}
+# where the per-client state lives (fedinit_jax/client_store.py); auto: the device when the
+# state and the compiled round fit, else host memory
+CLIENT_STORES = ("auto", "device", "host", "disk")
 
 
 def saved_config(path: str) -> dict:
@@ -52,6 +55,8 @@ class Experiment(NamedTuple):
     clients_per_round: int  # N, the static client axis (Bernoulli: the bound on |S|)
     steps_per_round: int    # K (algorithm.runtime: how its round runs)
     data_info: dict         # what data it was built from (Task.data_info)
+    client_store: str       # device | host | disk (config.client_store, auto resolved)
+    store_reason: str       # why that store
 
 
 SEED_MAX = 2**32 - 1  # numpy and jax.random.key take any seed up to this
@@ -88,6 +93,7 @@ def validate(config) -> None:
     _choice(config, "client_state_dtype", CLIENT_STATE_DTYPES)
     _choice(config, "execution", ("auto",) + execution.STRATEGIES)
     _choice(config, "aggregation", AGGREGATIONS)
+    _choice(config, "client_store", CLIENT_STORES)
     _number(config, "seed", 0, SEED_MAX, integer=True)
     for field in ("rounds", "num_clients", "local_epochs", "batch_size", "eval_every",
                   "keep_checkpoints"):
@@ -200,21 +206,37 @@ def num_devices(config) -> int:
     return max(d for d in range(1, available + 1) if n % d == 0)
 
 
-def build(config) -> Experiment:
-    """Load and split the data, build the model, the loss and the algorithm."""
+def build(config, client_store=None) -> Experiment:
+    """Load and split the data, build the model, the loss and the algorithm; client_store
+    (the one a resumed run recorded) replaces config.client_store="auto"."""
     validate(config)
+    store = client_store if config["client_store"] == "auto" and client_store else (
+        config["client_store"])
+    if store in ("host", "disk") and jax.process_count() > 1:
+        _fail("client_store", store, "a multi-process run keeps its clients on the device "
+              "(device or auto)")
     task = tasks.family(config["dataset"]).build(config)
     if not isinstance(task, tasks.Task):
         raise ValueError(f"config.dataset={config['dataset']!r}: its task family's build "
                          f"returned {type(task).__name__}, not a tasks.Task")
     algo = algorithms.get(config["algorithm"], task.loss_fn, runtime=runtime(config),
                           **algorithm_kwargs(config))
-    _check_memory(config, task.model, task.input_shape, algo)
     init_params = task.model.init(jax.random.key(config["seed"]), task.input_shape)
     _check_round_input_size(config, task)
-    check_compiled_round(config, algo, init_params, task)
+    reason = "config.client_store"
+    if store in ("device", "auto"):
+        try:  # the whole [C, ...] tables on the device, and the round compiled around them
+            _check_memory(config, task.model, task.input_shape, algo)
+            check_compiled_round(config, algo, init_params, task)
+            reason = "the tables and the compiled round fit" if store == "auto" else reason
+            store = "device"
+        except ValueError as err:
+            if store == "device":
+                raise
+            store, reason = "host", f"not on the device: {err}"
     return Experiment(task.round_batches, task.client_sizes, task.evaluate, algo, init_params,
-                      task.num_classes, clients_per_round(config), task.steps, task.data_info)
+                      task.num_classes, clients_per_round(config), task.steps, task.data_info,
+                      store, reason)
 
 
 def available_memory():

@@ -27,13 +27,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedinit_jax import algorithms, data, experiment
+from fedinit_jax import algorithms, client_store, data, experiment
 from fedinit_jax.experiment import checkpoint as checkpoint_lib
 from fedinit_jax.experiment import distributed
 from fedinit_jax.experiment import workdir as workdir_lib
 from fedinit_jax.experiment.checkpoint import Checkpointer
 from fedinit_jax.experiment.workdir import WorkdirBusy, WorkdirError, WriteError, read_metrics  # noqa: F401 (API)
-from fedinit_jax.federated_round import check_round_input, check_state, divergence_all
+from fedinit_jax.federated_round import (
+    check_inputs,
+    check_round_input,
+    check_state,
+    divergence_all,
+)
 
 RESUMABLE_CHANGES = ("rounds",)  # fields that may differ when a run is resumed (extended)
 
@@ -226,13 +231,15 @@ def run(config: dict, workdir: str, *, log=print, progress=None, fault=None) -> 
     In a multi-process run (distributed.py) every process calls this with the same config and
     workdir; process 0 holds the workdir's lock, writes the files and logs, all take part in
     the checkpoints. fault(point, round), if given, is called at the points where the
-    reliability tests break a run ("round_start", "eval", "metrics_written",
-    "checkpoint_saved"); an exception it raises ends the run there.
+    reliability tests break a run ("round_start", "eval", "metrics_written", "rows_saved"
+    (a client store's rows of a checkpoint, before its server state), "checkpoint_saved");
+    an exception it raises ends the run there.
     """
     fault = fault or _no_fault
     with _StopRequest() as stop:  # from the start: a signal while loading or compiling
         distributed.agree(config, workdir)  # every process: the same run, before any work
-        exp = experiment.build(config)  # stops the run at the first round boundary
+        recorded = _recorded_store(workdir)  # auto resumes where the run kept its clients
+        exp = experiment.build(config, recorded)  # stops the run at the first round boundary
         primary = distributed.is_primary()
         lock = None
         if primary:
@@ -252,12 +259,23 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop):
         _write_run_info(exp, config, workdir, log)
     else:
         log = _silent
-    state = exp.algorithm.init(exp.init_params, num_clients=config["num_clients"])
-    log(_state_memory_line(state, config["num_clients"]))
+    log(f"client store: {exp.client_store} ({exp.store_reason})")
+    clients = None  # the per-client rows, when a ClientStore holds them (not FedState)
+    if exp.client_store == "device":
+        state = exp.algorithm.init(exp.init_params, num_clients=config["num_clients"])
+        log(_state_memory_line(state, config["num_clients"]))
+    else:
+        state = client_store.server_state(exp.algorithm, exp.init_params)
+        clients = _open_store(exp, config, workdir)
+        log(f"per-client state: rows created when a client is first sampled, in "
+            f"{'host memory' if exp.client_store == 'host' else clients.path}")
     checkpointer = Checkpointer(workdir, keep=config["keep_checkpoints"], log=log)
     try:
         start, state, rows = _resume(checkpointer, state, config, workdir, log)
-        check_state(exp.algorithm, state)  # the restored state is this algorithm's
+        if clients is None:
+            check_state(exp.algorithm, state)  # the restored state is this algorithm's
+        else:
+            clients.restore(start)  # the rows as they were after round `start`
     except (WorkdirError, ValueError):
         checkpointer.close()
         raise
@@ -273,13 +291,14 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop):
         seen_steps = set()  # the masked-epoch round lengths K compiled so far
         for t in range(start, rounds):
             fault("round_start", t + 1)
-            state, row = _train_round(exp, config, state, t, root_key, decay,
+            state, row = _train_round(exp, config, state, clients, t, root_key, decay,
                                       checkpointer.latest_round(), log, seen_steps)
             if (t + 1) % config["eval_every"] == 0 or t + 1 == rounds:
                 t1 = time.perf_counter()
                 row.update({k: float(v) for k, v in exp.evaluate(state.params).items()})
-                row["divergence_all"] = float(_divergence_all(state.client_params,
-                                                              state.params))
+                row["divergence_all"] = (
+                    float(_divergence_all(state.client_params, state.params))
+                    if clients is None else clients.divergence_all(state.params))
                 fault("eval", t + 1)
                 row["eval_seconds"] = time.perf_counter() - t1
             rows.append(row)
@@ -289,7 +308,13 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop):
             stopping = distributed.any_process(stop.signum is not None)
             if _checkpoint_due(config, t + 1, stopping):
                 try:
+                    if clients is not None:  # the rows of this checkpoint first (a delta)
+                        with workdir_lib.reporting(clients.folder):
+                            clients.checkpoint(t + 1)
+                        fault("rows_saved", t + 1)
                     _save(checkpointer, t + 1, state, config)
+                    if clients is not None:
+                        clients.committed(t + 1)
                 except WriteError:
                     failed_save = True
                     raise
@@ -345,7 +370,13 @@ def _write_run_info(exp, config, workdir, log):
         log(f"note: config.{field}={value!r} does not apply to {config['algorithm']} (its "
             "server replaces w, it takes no step along an update); it changes nothing and is "
             "recorded as such in run_info.json")
+    recorded = before.get("client_store", "device") if before else None
+    if recorded and recorded != exp.client_store and rounds_done(workdir, config):
+        raise WorkdirError(f"{workdir!r}: the run so far kept its clients in the "
+                           f"{recorded} store, this one would use {exp.client_store}; resume "
+                           f"it with --config.client_store={recorded}")
     workdir_lib.write_json(info_path, {
+        "client_store": exp.client_store, "client_store_reason": exp.store_reason,
         "options_not_applicable": not_applicable, "data": exp.data_info,
         "num_devices_history": history,
         "num_params": sum(int(x.size) for x in jax.tree.leaves(exp.init_params)),
@@ -461,7 +492,8 @@ def _sample(exp, config, t, log):
     return data.pad(ids, exp.clients_per_round)
 
 
-def _train_round(exp, config, state, t, root_key, decay, last_checkpoint, log, seen_steps):
+def _train_round(exp, config, state, clients, t, root_key, decay, last_checkpoint, log,
+                 seen_steps):
     """Round t (0-based): its inputs from (seed, t), the jitted round, the divergence guard."""
     t0 = time.perf_counter()
     ids, mask = _sample(exp, config, t, log)
@@ -475,8 +507,14 @@ def _train_round(exp, config, state, t, root_key, decay, last_checkpoint, log, s
     lr = np.float32(config["local_lr"] * decay ** t)
     round_input = experiment.round_input(config, exp.client_sizes, ids, mask, batches,
                                          step_mask, lr)
-    check_round_input(exp.algorithm, state, round_input)
-    new_state, metrics = exp.algorithm.apply(state, round_input, jax.random.fold_in(root_key, t))
+    key = jax.random.fold_in(root_key, t)
+    if clients is None:
+        check_round_input(exp.algorithm, state, round_input)
+        new_state, metrics = exp.algorithm.apply(state, round_input, key)
+    else:  # the sampled clients' rows gathered, the round, the new rows scattered
+        check_inputs(round_input, config["num_clients"], exp.algorithm.runtime.num_devices or 1)
+        new_state, metrics = client_store.run_round(exp.algorithm, state, clients,
+                                                    round_input, key)
     metrics = {k: float(v) for k, v in metrics.items()}
     loss_ok = math.isfinite(metrics["train_loss"])
     if not (loss_ok and bool(_all_finite(new_state.params))):
@@ -505,6 +543,29 @@ def _log_new_shape(step_mask, t, seen, log):
         log(f"round {t + 1}: K={k} local steps (the largest sampled client's "
             f"{int(step_mask.sum(axis=1).max())} rounded up to a power of two): a new round "
             "shape, compiled once")
+
+
+def _recorded_store(workdir):
+    """The client store a run in workdir used (run_info.json; before the field existed: the
+    device tables), or None for a new workdir."""
+    path = os.path.join(workdir, "run_info.json")
+    if not os.path.exists(path):
+        return None
+    return workdir_lib.read_json(path).get("client_store", "device")
+
+
+def _open_store(exp, config, workdir):
+    """The HostStore or DiskStore of a run, journaling into <workdir>/client_rows (the disk
+    store's zarr array lives there too)."""
+    folder = os.path.join(workdir, "client_rows")
+    if exp.client_store == "host":
+        clients = client_store.HostStore(exp.algorithm, exp.init_params, config["num_clients"])
+    else:
+        clients = client_store.DiskStore(exp.algorithm, exp.init_params, config["num_clients"],
+                                         os.path.join(folder, "store"))
+    with workdir_lib.reporting(folder):
+        clients.attach(folder)
+    return clients
 
 
 def _state_memory_line(state, num_clients):
