@@ -65,12 +65,15 @@ def test_the_planner_takes_the_readme_names_and_refuses_bad_specs_in_one_line(tm
     assert (plan.resolve_spec("cifar10-resnet18_gn-dir0.1-10-100")
             == "experiments/configs/paper.py:cifar10-resnet18_gn-dir0.1-10-100")
     assert plan.resolve_spec("shakespeare:paper") == "experiments/configs/shakespeare.py:paper"
+    for spec, says in [("nosuch.py", "no config file 'nosuch.py'"),
+                       ("experiments/configs/paper.py:bogus-name", "paper preset"),
+                       ("experiments/configs/shakespeare.py:huge", "shakespeare preset"),
+                       ("README.md", "not a config file")]:
+        with pytest.raises(ValueError, match=says):
+            plan.load_config(spec)
     cmd = [sys.executable, "benchmarks/plan.py"]
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    for args, says in [
-            (["--presets", "nosuch.py"], "no config file 'nosuch.py'"),
-            (["--presets", "experiments/configs/paper.py:bogus-name"], "paper preset"),
-            (["--presets", "experiments/configs/shakespeare.py:huge"], "shakespeare preset"),
+    for args, says in [  # the binary: one line, exit 2
             (["--presets", "README.md"], "not a config file"),
             (["--presets", "experiments/configs/default.py", "--devices"], "expected at least"),
     ]:

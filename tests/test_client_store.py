@@ -38,9 +38,11 @@ def _equal(a, b):
                for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
 
 
-@pytest.mark.parametrize("runtime", [{"execution": "vmap"}, {"execution": "sequential"},
-                                     {"execution": "vmap", "num_devices": 2}])
-@pytest.mark.parametrize("name", ["fedinit", "scaffold", "feddyn", "fedcm"])
+@pytest.mark.parametrize("name, runtime", [
+    ("fedinit", {"execution": "vmap"}), ("scaffold", {"execution": "vmap"}),
+    ("feddyn", {"execution": "vmap"}), ("fedcm", {"execution": "vmap"}),
+    ("scaffold", {"execution": "sequential"}), ("fedinit", {"execution": "sequential"}),
+    ("feddyn", {"execution": "vmap", "num_devices": 2})])
 def test_every_store_equals_the_state_tables(tmp_path, name, runtime):
     if runtime.get("num_devices", 1) > len(jax.devices()):
         pytest.skip("needs 2 XLA devices")
@@ -145,7 +147,7 @@ def device_rows(tmp_path_factory):
     from fedinit_jax.experiment import simulation
 
     workdir = tmp_path_factory.mktemp("device")
-    simulation.run(quiet_config(rounds=6, algorithm="scaffold", beta=0.1,
+    simulation.run(quiet_config(rounds=6, algorithm="scaffold", beta=0.1, local_epochs=10,
                                 client_store="device"), str(workdir), **QUIET)
     return without_timing(rows(workdir))
 
@@ -160,9 +162,9 @@ def _same(got, want):
         assert a == b
 
 
-@pytest.mark.parametrize("store", ["host", "disk"])
-@pytest.mark.parametrize("point", ["round_start:3", "metrics_written:3", "rows_saved:4",
-                                   "checkpoint_saved:2"])
+@pytest.mark.parametrize("store, point", [
+    ("host", "metrics_written:3"), ("host", "rows_saved:4"), ("disk", "round_start:3"),
+    ("disk", "rows_saved:4"), ("disk", "checkpoint_saved:2")])
 def test_the_loop_with_a_store_resumes_exactly_after_a_fault(tmp_path, device_rows, store,
                                                              point):
     from conftest import QUIET, quiet_config, rows, without_timing
@@ -170,7 +172,7 @@ def test_the_loop_with_a_store_resumes_exactly_after_a_fault(tmp_path, device_ro
     from fedinit_jax.experiment import simulation
 
     config = quiet_config(rounds=6, algorithm="scaffold", beta=0.1, client_store=store,
-                          checkpoint_every=2)
+                          checkpoint_every=2, local_epochs=10)
     where, at = point.split(":")
 
     def fault(name, rounds_done):
@@ -205,6 +207,4 @@ def test_sigkill_of_the_binary_with_the_disk_store_then_resume(tmp_path, device_
     resumed = train(tmp_path, *args)
     assert resumed.returncode == 0, resumed.stderr
     assert "client store: disk" in resumed.stdout
-    want = train(tmp_path / "device", *args[:-1], "--config.client_store=device")
-    assert want.returncode == 0, want.stderr
-    _same(without_timing(rows(tmp_path)), without_timing(rows(tmp_path / "device")))
+    _same(without_timing(rows(tmp_path)), device_rows)  # the in-process run of this config

@@ -163,5 +163,11 @@ def test_a_compiled_round_that_cannot_fit_its_devices_is_refused(tmp_path, monke
     monkeypatch.setattr(experiment, "available_memory", lambda: 2 * 2**20)
     with pytest.raises(ValueError, match=r"config.num_clients=8: the compiled round needs .* "
                                          r"per device \(XLA: arguments"):
-        simulation.run(quiet_config(), str(tmp_path / "run"), **QUIET)
+        simulation.run(quiet_config(client_store="device"), str(tmp_path / "run"), **QUIET)
     assert not (tmp_path / "run").exists()
+    # client_store=auto: the clients go to host memory instead, and the run says why
+    logged = []
+    simulation.run(quiet_config(rounds=1), str(tmp_path / "auto"), log=logged.append,
+                   progress=False)
+    assert any(line.startswith("client store: host (not on the device: config.num_clients=8")
+               for line in logged), logged

@@ -193,7 +193,7 @@ def test_every_registered_algorithm_runs_through_the_loop_and_report(tmp_path):
         assert text.count(f"| {shown} | ") >= 2, shown  # and Table 9 row
 
 
-@pytest.mark.parametrize("delay", [0.3, 1.0, 1.5])
+@pytest.mark.parametrize("delay", [0.3, 1.5])
 def test_ctrl_c_while_loading_is_the_documented_stop(tmp_path, delay):
     """SIGINT while the binary imports JAX, loads and compiles: one line and exit 130 (it was
     swallowed by JAX's gc callback, the run finishing with exit 0, or a long traceback)."""

@@ -233,6 +233,7 @@ def build(config, client_store=None) -> Experiment:
         except ValueError as err:
             if store == "device":
                 raise
+            _check_cohort_memory(config, task.model, task.input_shape, err)
             store, reason = "host", f"not on the device: {err}"
     return Experiment(task.round_batches, task.client_sizes, task.evaluate, algo, init_params,
                       task.num_classes, clients_per_round(config), task.steps, task.data_info,
@@ -276,6 +277,18 @@ def _check_memory(config, model, example_shape, algo):
               f"the federation needs at least {need / 2**30:.1f} GiB ({config['num_clients']} "
               f"clients x {vectors} vectors x d={d:,} parameters x {itemsize} bytes) but "
               f"{available / 2**30:.1f} GiB are available")
+
+
+def _check_cohort_memory(config, model, example_shape, device_error) -> None:
+    """Before the clients go to host memory (client_store auto): the device must still hold
+    the model's copies and one round's cohort rows; else the device's refusal stands."""
+    shapes = jax.eval_shape(lambda key: model.init(key, example_shape), jax.random.key(0))
+    d = sum(math.prod(x.shape) for x in jax.tree.leaves(shapes))
+    vectors = 1 + len(algorithms.REGISTRY[config["algorithm"]].costs.client_state)
+    need = (clients_per_round(config) * vectors + 16) * d * 4
+    available = available_memory()
+    if available is not None and need > available:
+        raise device_error
 
 
 def _check_round_input_size(config, task: tasks.Task) -> None:

@@ -41,6 +41,7 @@ from fedinit_jax.federated_round import (
 )
 
 RESUMABLE_CHANGES = ("rounds",)  # fields that may differ when a run is resumed (extended)
+EVALUATION_ONLY = ("eval_seconds", "divergence_all")  # besides test_*: evaluation rounds
 
 
 def _no_fault(point: str, rounds_done: int) -> None:
@@ -421,7 +422,7 @@ def _resume(checkpointer, state, config, workdir, log):
         # the evaluation taken because `start` was the last round of a shorter run: an
         # uninterrupted run of config.rounds has none there
         rows[-1] = {k: v for k, v in rows[-1].items()
-                    if not k.startswith("test_") and k != "eval_seconds"}
+                    if not k.startswith("test_") and k not in EVALUATION_ONLY}
     return start, state, rows
 
 
