@@ -86,7 +86,7 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="100,1000,10000,100000,1000000")
     parser.add_argument("--stores", default="device,host,disk")
-    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--device_max", type=int, default=100000,
                         help="largest C for the device tables (1e6 x 8,449 floats: 34 GB)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
