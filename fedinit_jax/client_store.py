@@ -47,14 +47,15 @@ def server_state(algo: FederatedAlgorithm, params) -> FedState:
     """algo.init's state without the [C, ...] client tables (None): what apply_cohort takes
     when a ClientStore holds the clients."""
     shapes = algo.init(params, 1)
-    return shapes._replace(client_params=None, client_state=None)
+    return shapes._replace(client_params=None, client_state=None, client_visited=None)
 
 
 def initial_row(algo: FederatedAlgorithm, params) -> Cohort:
     """One client's row before it is first sampled: w^0 and the correction's init state, in
-    the runtime's storage dtype (leaves without the client axis)."""
+    the runtime's storage dtype (leaves without the client axis; whether a client was
+    sampled is its row's presence, not part of it)."""
     return Cohort(store(algo.runtime, params),
-                  store(algo.runtime, algo.spec.correction.client.init(params)))
+                  store(algo.runtime, algo.spec.correction.client.init(params)), None)
 
 
 def run_round(algo: FederatedAlgorithm, state: FedState, client_rows, round_input: RoundInput,
@@ -91,9 +92,9 @@ class _Layout:
         self.params_width = sum(math.prod(np.shape(x)) for x in jax.tree.leaves(row.client_params))
         self.initial = self.flatten(jax.tree.map(lambda x: np.asarray(x)[None], row))[0]
 
-    def flatten(self, rows) -> np.ndarray:
+    def flatten(self, rows: Cohort) -> np.ndarray:
         """[N, ...] leaves -> [N, width]."""
-        leaves = [np.asarray(x) for x in jax.tree.leaves(rows)]
+        leaves = [np.asarray(x) for x in jax.tree.leaves(rows._replace(client_visited=None))]
         n = leaves[0].shape[0]
         return np.concatenate([x.reshape(n, -1).astype(self.dtype) for x in leaves], axis=1)
 
@@ -129,7 +130,7 @@ class DeviceStore:
     def __init__(self, algo: FederatedAlgorithm, params, num_clients: int):
         state = algo.init(params, num_clients)
         self.num_clients = num_clients
-        self.tables = Cohort(state.client_params, state.client_state)
+        self.tables = Cohort(state.client_params, state.client_state, state.client_visited)
         self._gather = jax.jit(tree.gather)
         self._scatter = jax.jit(tree.scatter, donate_argnums=0)
 
@@ -169,7 +170,8 @@ class _Lazy:
         self.folder = self._journal = None
 
     def gather(self, ids) -> Cohort:
-        return self.layout.unflatten(self._read_flat(_check_ids(ids, self.num_clients)))
+        flat, present = self._read_flat(_check_ids(ids, self.num_clients))
+        return self.layout.unflatten(flat)._replace(client_visited=jnp.asarray(present))
 
     def scatter(self, ids, rows: Cohort) -> None:
         ids = _check_ids(ids, self.num_clients)
@@ -183,7 +185,7 @@ class _Lazy:
     def divergence_all(self, w) -> float:
         w_flat = _flat_params(w)
         held = self._held_ids()
-        total = sum(self.layout.sq_dist(self._read_flat(held[s:s + CHUNK_ROWS]), w_flat)
+        total = sum(self.layout.sq_dist(self._read_flat(held[s:s + CHUNK_ROWS])[0], w_flat)
                     for s in range(0, held.size, CHUNK_ROWS))
         total += (self.num_clients - held.size) * self.layout.sq_dist(
             self.layout.initial[None], w_flat)
@@ -215,7 +217,7 @@ class _Lazy:
         ids = self._journaled()
         path = os.path.join(self.folder, f"delta-{rounds_done}.npz")
         tmp = f"{path}.tmp{os.getpid()}.npz"
-        np.savez(tmp, ids=ids, rows=self._read_flat(ids))
+        np.savez(tmp, ids=ids, rows=self._read_flat(ids)[0])
         os.replace(tmp, path)
 
     def committed(self, rounds_done: int) -> None:
@@ -254,12 +256,15 @@ class HostStore(_Lazy):
         self.slot = {}  # client id -> its row in self.rows (the clients ever sampled)
         self.rows = np.empty((0, self.layout.width), self.layout.dtype)
 
-    def _read_flat(self, ids) -> np.ndarray:
+    def _read_flat(self, ids):
+        """([N, width] rows, [N] bool present) of the ids."""
         flat = np.empty((ids.size, self.layout.width), self.layout.dtype)
+        present = np.zeros(ids.size, bool)
         for k, i in enumerate(ids.tolist()):
             at = self.slot.get(i)
+            present[k] = at is not None
             flat[k] = self.layout.initial if at is None else self.rows[at]
-        return flat
+        return flat, present
 
     def _write_flat(self, ids, flat) -> None:
         for k, i in enumerate(ids.tolist()):
@@ -310,13 +315,14 @@ class DiskStore(_Lazy):
         self.present = open_array("present", (self.num_clients,),
                                   (min(65536, self.num_clients),), np.uint8)
 
-    def _read_flat(self, ids) -> np.ndarray:
+    def _read_flat(self, ids):
+        """([N, width] rows, [N] bool present) of the ids."""
         if not ids.size:
-            return np.empty((0, self.layout.width), self.layout.dtype)
+            return np.empty((0, self.layout.width), self.layout.dtype), np.zeros(0, bool)
         present = np.asarray(self.present.oindex[ids].read().result()).astype(bool)
         flat = np.asarray(self.rows.oindex[ids, :].read().result()).astype(self.layout.dtype)
         flat[~present] = self.layout.initial
-        return flat
+        return flat, present
 
     def _write_flat(self, ids, flat) -> None:
         self.rows.oindex[ids, :].write(np.asarray(flat).astype(self.disk_dtype)).result()

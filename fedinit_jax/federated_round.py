@@ -17,11 +17,17 @@ Paper Algorithm 1 with an algorithm's Correction plugged in (docs/algorithms.md)
 mean_S(w_iK) + mean_C(h_i) either way (their ServerCorrection.update). With beta = 0, p_i = delta_i
 and the two options are the same algorithm.
 
+First visit: Algorithm 1 starts every w_i at w^0, so a client sampled for the first time
+starts from w + beta (w - w^0) (first_visit="init", the default); first_visit="global"
+starts it from w (its offset is zero until it has a local model of its own), which
+FedState.client_visited (and a ClientStore's rows) records.
+
 With `global` and eta_g = 1 the RI offset compounds: w_new - w^0 = (1 + beta)(w - w^0)
 - beta mean_S(w_i - w^0) + mean_S p_i, and a client never sampled has w_i = w^0, so while most
 sampled clients are new, ||w - w^0|| grows by about (1 + beta) a round. With 10 of 100
 clients a round that phase is short; with 10 of the 1,108 Shakespeare roles it lasted past
-round 70, and FedInit (beta 0.1) diverged there (docs/shakespeare.md). `start` has no such term.
+round 70, and FedInit (beta 0.1) diverged there (docs/shakespeare.md). `start` has no such term,
+and first_visit="global" removes it for the clients never sampled.
 
 Participation: S is the round input's client_ids. A round whose |S| varies (the authors'
 Bernoulli sampling) pads S to a static N with masked slots (RoundInput.mask): a padded slot
@@ -74,6 +80,7 @@ from fedinit_jax.types import (
 )
 
 DELTA_FROM = ("global", "start")
+FIRST_VISIT = ("init", "global")
 CLIENT_STATE_DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -93,6 +100,7 @@ class RoundSpec(NamedTuple):
     client_optimizer: Any
     clip_norm: float | None
     weight_decay: float | None
+    first_visit: str = "init"
 
 
 def _floats_to(dtype, pytree):
@@ -148,7 +156,8 @@ def init_state(spec: RoundSpec, runtime: Runtime, params, num_clients: int) -> F
         server_state=correction.server.init(params),
         client_state=store(runtime, tree.stack(correction.client.init(params), num_clients)),
         beta=jnp.asarray(spec.beta, jnp.float32),
-        rounds_done=jnp.zeros((), jnp.int32))
+        rounds_done=jnp.zeros((), jnp.int32),
+        client_visited=jnp.zeros((num_clients,), bool))
     if runtime.donate_state:  # every leaf its own buffer: none shared with the caller's
         state = jax.tree.map(jnp.copy, state)  # params or another leaf (Adam's m, v)
     return state
@@ -228,7 +237,10 @@ def train_clients(spec: RoundSpec, runtime: Runtime, state: FedState, cohort: "C
     Returns (w_iK, p_i, losses, new client states, old client states), each [N, ...]."""
     w = state.params
     old_clients = load(runtime, cohort.client_state)
-    w_start = tree.relaxed_init(w, load(runtime, cohort.client_params), state.beta)
+    beta = state.beta
+    if spec.first_visit == "global":  # a client never sampled starts from w: no offset
+        beta = beta * cohort.client_visited.astype(jnp.float32)
+    w_start = tree.relaxed_init(w, load(runtime, cohort.client_params), beta)
     # a client's key from its id, not its slot: where a client sits (data.spread) and how
     # many devices share the slots never change its randomness
     client_keys = jax.vmap(jax.random.fold_in, (None, 0))(key, counted.ids)
@@ -287,11 +299,13 @@ def round_metrics(losses, w_end, w_new, mask) -> dict:
 
 class Cohort(NamedTuple):
     """The sampled clients' rows of the per-client state, each leaf [N, ...] in the stored
-    dtype (Runtime.client_state_dtype): their last local models w_i and correction states.
-    Gathered from wherever the federation keeps them (FedState's tables, a ClientStore)."""
+    dtype (Runtime.client_state_dtype): their last local models w_i and correction states,
+    and whether each was sampled before ([N] bool). Gathered from wherever the federation
+    keeps them (FedState's tables, a ClientStore)."""
 
     client_params: Any
     client_state: Any
+    client_visited: Any
 
 
 def cohort_round(spec: RoundSpec, runtime: Runtime, state: FedState, cohort: Cohort,
@@ -311,7 +325,8 @@ def cohort_round(spec: RoundSpec, runtime: Runtime, state: FedState, cohort: Coh
         spec, state, lr, counted, w_end, progress, new_clients, old_clients, num_clients)
     new_state = state._replace(params=w_new, server_opt_state=server_opt_state,
                                server_state=server_state, rounds_done=state.rounds_done + 1)
-    new_cohort = Cohort(store(runtime, w_end), store(runtime, new_clients))
+    new_cohort = Cohort(store(runtime, w_end), store(runtime, new_clients),
+                        jnp.ones_like(cohort.client_visited))
     return new_state, new_cohort, round_metrics(losses, w_end, w_new, counted.mask)
 
 
@@ -322,12 +337,13 @@ def federated_round(spec: RoundSpec, runtime: Runtime, state: FedState,
     padded slot's id is C: read clipped, its write dropped)."""
     num_clients = jax.tree.leaves(state.client_params)[0].shape[0]
     ids = slots(round_input, num_clients).ids
-    cohort = Cohort(tree.gather(state.client_params, ids), tree.gather(state.client_state, ids))
-    new_state, new_cohort, metrics = cohort_round(spec, runtime, state, cohort, round_input,
-                                                  key, num_clients)
-    return new_state._replace(
-        client_params=tree.scatter(state.client_params, ids, new_cohort.client_params),
-        client_state=tree.scatter(state.client_state, ids, new_cohort.client_state)), metrics
+    tables = Cohort(state.client_params, state.client_state, state.client_visited)
+    new_state, new_cohort, metrics = cohort_round(spec, runtime, state, tree.gather(tables, ids),
+                                                  round_input, key, num_clients)
+    new_tables = tree.scatter(tables, ids, new_cohort)
+    return new_state._replace(client_params=new_tables.client_params,
+                              client_state=new_tables.client_state,
+                              client_visited=new_tables.client_visited), metrics
 
 
 def divergence_all(client_params, w) -> Array:
@@ -339,7 +355,7 @@ def divergence_all(client_params, w) -> Array:
 
 def build_algorithm(loss_fn, *, correction: Correction = NONE, beta: float = 0.0,
                     delta_from: str = "global", server_optimizer=None, client_optimizer=None,
-                    clip_norm=None, weight_decay=None,
+                    clip_norm=None, weight_decay=None, first_visit: str = "init",
                     runtime: Runtime = DEFAULT_RUNTIME) -> FederatedAlgorithm:
     """A FederatedAlgorithm for `loss_fn(params, batch, key) -> scalar`.
 
@@ -354,6 +370,7 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, beta: float = 0.0
     check_number("beta", beta)  # the paper sweeps -0.2..0.15
     beta = float(beta)  # a 0-d array too
     check_choice("delta_from", delta_from, DELTA_FROM)
+    check_choice("first_visit", first_visit, FIRST_VISIT)
     check_number("clip_norm", clip_norm, 0.0, optional=True)  # None or 0: off
     check_number("weight_decay", weight_decay, 0.0, optional=True)
     for name, opt in (("server_optimizer", server_optimizer),
@@ -370,7 +387,7 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, beta: float = 0.0
             "(help(fedinit_jax.algorithms.fedavg))")
     spec = RoundSpec(loss_fn, correction, beta, delta_from,
                      optax.sgd(1.0) if server_optimizer is None else server_optimizer,
-                     client_optimizer, clip_norm, weight_decay)
+                     client_optimizer, clip_norm, weight_decay, first_visit)
     return compile_algorithm(spec, runtime)
 
 

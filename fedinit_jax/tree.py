@@ -11,10 +11,12 @@ import jax.numpy as jnp
 
 
 def relaxed_init(w_global, w_local, beta):
-    """w_i0 = w + beta * (w - w_i); w_local may carry a leading client axis."""
+    """w_i0 = w + beta * (w - w_i); w_local may carry a leading client axis, and beta then
+    may be one per client ([N]: first_visit="global" zeroes a new client's)."""
     def one(w, wi):
         w = w.reshape((1,) * (wi.ndim - w.ndim) + w.shape)  # the client axis, explicitly
-        return w + beta * (w - wi)
+        b = beta if jnp.ndim(beta) == 0 else jnp.reshape(beta, (-1,) + (1,) * (wi.ndim - 1))
+        return w + b * (w - wi)
 
     return jax.tree.map(one, w_global, w_local)
 

@@ -61,6 +61,8 @@ class FedState(NamedTuple):
       FedDynClientState(h)), leaves [C, ...]; () if none.
     beta: [] float32, the relaxed-initialization coefficient (traced, so replicas may differ).
     rounds_done: [] int32, rounds completed.
+    client_visited: [C] bool, whether each client has been sampled (first_visit="global"
+      starts a client never sampled from w: federated_round.py).
     """
 
     params: Params
@@ -70,6 +72,7 @@ class FedState(NamedTuple):
     client_state: Any
     beta: Array
     rounds_done: Array
+    client_visited: Any = None
 
 
 class Costs(NamedTuple):

@@ -239,3 +239,33 @@ def test_options_a_builder_would_ignore_are_refused():
         algorithms.fedavg(None)
     algo = algorithms.fedinit(linreg_loss, beta=np.array(0.1))  # a 0-d array is a number
     assert algo.spec.beta == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("first_visit", ["init", "global"])
+def test_first_visit_decides_where_a_new_client_starts(first_visit):
+    """Client 2 is new in round 1 and starts from w + beta (w - w^0) (Algorithm 1, "init")
+    or from w ("global"); client 3, sampled in round 1, starts from w + beta (w - w_3) in
+    round 2 under both."""
+    starts = []
+
+    def recording_loss(params, batch, key):
+        jax.debug.callback(lambda w: starts.append(np.asarray(w)), params["w"])
+        return linreg_loss(params, batch, key)
+
+    algo = algorithms.fedinit(recording_loss, beta=0.3, first_visit=first_visit,
+                              weight_decay=None, clip_norm=None)
+    w0 = np.array([0.3, -0.2, 0.1, 0.05])
+    state = algo.init(params_from(w0), num_clients=NUM_CLIENTS)
+    shifted = params_from(w0 + 1.0)  # w moved away from w^0, as after some rounds
+    state = state._replace(params=shifted)
+    x = np.ones((1, 1, 2, 3), np.float32)
+    batch = (x, np.zeros((1, 1, 2), np.float32))
+    state, _ = algo.apply(state, RoundInput(np.array([2]), batch, 0.1), jax.random.key(0))
+    w = np.asarray(shifted["w"])
+    want = w if first_visit == "global" else w + 0.3 * (w - w0[:-1])
+    np.testing.assert_allclose(np.ravel(starts[0]), want, rtol=1e-6)
+    assert np.asarray(state.client_visited).tolist() == [i == 2 for i in range(NUM_CLIENTS)]
+    w1, w_2 = np.asarray(state.params["w"]), np.asarray(state.client_params["w"][2])
+    starts.clear()
+    algo.apply(state, RoundInput(np.array([2]), batch, 0.1), jax.random.key(1))
+    np.testing.assert_allclose(np.ravel(starts[0]), w1 + 0.3 * (w1 - w_2), rtol=1e-6)

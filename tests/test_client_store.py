@@ -42,11 +42,14 @@ def _equal(a, b):
     ("fedinit", {"execution": "vmap"}), ("scaffold", {"execution": "vmap"}),
     ("feddyn", {"execution": "vmap"}), ("fedcm", {"execution": "vmap"}),
     ("scaffold", {"execution": "sequential"}), ("fedinit", {"execution": "sequential"}),
-    ("feddyn", {"execution": "vmap", "num_devices": 2})])
+    ("feddyn", {"execution": "vmap", "num_devices": 2}),
+    ("fedinit-first_visit", {"execution": "sequential"})])
 def test_every_store_equals_the_state_tables(tmp_path, name, runtime):
     if runtime.get("num_devices", 1) > len(jax.devices()):
         pytest.skip("needs 2 XLA devices")
-    algo = algorithms.get(name, linreg_loss, beta=0.1).with_runtime(**runtime)
+    name, _, first = name.partition("-")
+    options = {"first_visit": "global"} if first else {}
+    algo = algorithms.get(name, linreg_loss, beta=0.1, **options).with_runtime(**runtime)
     params = params_from(THETA0)
     dense = algo.init(params, C)
     stores = _stores(algo, params, C, tmp_path)
@@ -61,7 +64,8 @@ def test_every_store_equals_the_state_tables(tmp_path, name, runtime):
     every = np.arange(C)
     delta = float(divergence_all(dense.client_params, dense.params))
     for k, rows in stores.items():
-        assert _equal(rows.gather(every), (dense.client_params, dense.client_state)), k
+        assert _equal(rows.gather(every), (dense.client_params, dense.client_state,
+                                           dense.client_visited)), k
         assert rows.divergence_all(dense.params) == pytest.approx(delta, rel=1e-6), k
     sampled = {int(i) for inp, _ in _rounds(C)
                for i in inp.client_ids[inp.mask if inp.mask is not None else slice(None)]}

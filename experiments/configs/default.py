@@ -41,6 +41,8 @@ def get_config():
     for name in algorithms.hparam_names():
         c[name] = config_dict.placeholder(float)
     c.delta_from = "global"         # global (paper) | start (authors' code)
+    c.first_visit = "init"          # init (Algorithm 1: w_i = w^0) | global (a client never
+                                    # sampled starts from w: no RI offset on its first visit)
     # local training
     c.local_lr = 0.1
     c.lr_decay = config_dict.placeholder(float)  # None: 0.998 (FedDyn 0.9995) per round

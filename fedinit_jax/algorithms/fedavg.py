@@ -19,7 +19,8 @@ from fedinit_jax.types import DEFAULT_RUNTIME, Runtime
 
 def fedavg(loss_fn, *, server_lr: float = 1.0, server_optimizer=None, client_optimizer=None,
            beta: float = 0.0, delta_from: str = "global", weight_decay: float | None = 1e-3,
-           clip_norm: float | None = 10.0, runtime: Runtime = DEFAULT_RUNTIME, correction=NONE):
+           clip_norm: float | None = 10.0, first_visit: str = "init",
+           runtime: Runtime = DEFAULT_RUNTIME, correction=NONE):
     """FedAvg (+RI when beta != 0) for `loss_fn(params, batch, key) -> scalar mean loss`.
 
     Defaults are the paper's (Section 5): eta_g = 1, weight decay 1e-3 and clipping at
@@ -39,6 +40,12 @@ def fedavg(loss_fn, *, server_lr: float = 1.0, server_optimizer=None, client_opt
       optax.trace(0.9) for local momentum). Its state starts fresh each round (local.py).
     beta: relaxed initialization w_i0 = w + beta (w - w_i); delta_from: "global" (the paper,
       delta_i = w_iK - w) or "start" (the authors' code, delta_i = w_iK - w_i0).
+    first_visit: where a client sampled for the first time starts: "init" (Algorithm 1
+      as written: w_i = w^0, so w + beta (w - w^0)) or "global" (from w: its RI offset is
+      zero until it has a last local model of its own). They differ only with beta != 0 and
+      only while clients are new; with delta_from="global" the first visits' offsets are
+      carried into w, which is what "global" avoids when most sampled clients are new
+      (cross-device federations: docs/algorithms.md, "First visit").
     runtime: how the round runs (fedinit_jax.Runtime), never what it computes; or later
       with `algo.with_runtime(execution="sequential")`.
     correction: the plug-in the other builders are made of (not an option of theirs).
@@ -53,7 +60,8 @@ def fedavg(loss_fn, *, server_lr: float = 1.0, server_optimizer=None, client_opt
     return build_algorithm(
         loss_fn, correction=correction, beta=beta, delta_from=delta_from,
         server_optimizer=server_optimizer, client_optimizer=client_optimizer,
-        clip_norm=clip_norm, weight_decay=weight_decay, runtime=runtime)
+        clip_norm=clip_norm, weight_decay=weight_decay, first_visit=first_visit,
+        runtime=runtime)
 
 
 @shares_fedavg_options(fedavg)

@@ -21,16 +21,17 @@ import numpy as np
 
 from fedinit_jax import algorithms, checks, data, execution, models
 from fedinit_jax.experiment import tasks, workdir
-from fedinit_jax.federated_round import CLIENT_STATE_DTYPES, DELTA_FROM
+from fedinit_jax.federated_round import CLIENT_STATE_DTYPES, DELTA_FROM, FIRST_VISIT
 from fedinit_jax.types import FederatedAlgorithm, RoundInput, Runtime
 
 PARTITIONS = ("iid", "dirichlet", "pathological")
 # algorithm hyperparameters a config may set (None = the registry's default)
-OPTIONS = ("delta_from", "weight_decay", "clip_norm")
+OPTIONS = ("delta_from", "weight_decay", "clip_norm", "first_visit")
 # fields added after runs were first saved, with the value that means "as before": a saved
 # config.json without such a field resumes under a config that keeps this value
 ADDED_FIELDS = {"client_state_dtype": "float32", "participation_mode": "fixed",
-                "local_steps": 0, "aggregation": "uniform", "client_store": "auto"}
+                "local_steps": 0, "aggregation": "uniform", "client_store": "auto",
+                "first_visit": "init"}
 # where the per-client state lives (fedinit_jax/client_store.py); auto: the device when the
 # state and the compiled round fit, else host memory
 CLIENT_STORES = ("auto", "device", "host", "disk")
@@ -90,6 +91,7 @@ def validate(config) -> None:
     _choice(config, "partition", PARTITIONS)
     _choice(config, "participation_mode", data.PARTICIPATION_MODES)
     _choice(config, "delta_from", DELTA_FROM)
+    _choice(config, "first_visit", FIRST_VISIT)
     _choice(config, "client_state_dtype", CLIENT_STATE_DTYPES)
     _choice(config, "execution", ("auto",) + execution.STRATEGIES)
     _choice(config, "aggregation", AGGREGATIONS)
@@ -176,7 +178,7 @@ def options_not_applicable(config) -> dict:
     the FedDyn family, whose server replaces w): they change nothing, and the binaries say so
     and record them in run_info.json. A sweep or a paper preset sets them for every method."""
     taken = algorithms.REGISTRY[config["algorithm"]].options
-    defaults = {"delta_from": "global"}
+    defaults = {"delta_from": "global", "first_visit": "init"}
     return {f: config[f] for f in OPTIONS
             if f not in taken and config[f] != defaults.get(f, None)}
 
