@@ -26,8 +26,8 @@ def _docs_family():
 def test_the_worked_family_registers_and_trains(tmp_path, monkeypatch):
     synthetic = _docs_family()
     monkeypatch.setattr(tasks, "REGISTRY", dict(tasks.REGISTRY))  # register() into a copy
-    tasks.register("synthetic", synthetic.FAMILY)
-    config = quiet_config(dataset="synthetic", algorithm="fedinit", dirichlet_alpha=1.0,
+    tasks.register("my_synthetic", synthetic.FAMILY)
+    config = quiet_config(dataset="my_synthetic", algorithm="fedinit", dirichlet_alpha=1.0,
                           category_noise=1.0, batch_size=20, rounds=8, eval_every=4)
     with pytest.raises(ValueError, match="config.model='cnn': synthetic takes 'mlp'"):
         experiment.validate({**config, "model": "cnn"})  # the family's own check, no data

@@ -18,6 +18,7 @@ WriteError naming the file and the last good checkpoint.
 """
 import math
 import os
+import resource
 import signal
 import sys
 import threading
@@ -323,6 +324,10 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop):
                 fault("checkpoint_saved", t + 1)
             if stopping:  # a signal on any process stops all of them at this boundary
                 raise Stopped(stop.signum or signal.SIGTERM, t + 1)
+        if clients is not None:  # what a federation kept in a store cost this process
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+            log(f"client store: {clients.rows_held:,} of {config['num_clients']:,} clients "
+                f"hold a row; peak RSS {peak:,.0f} MiB")
     except distributed.PeerLost:
         failed_save = True  # orbax's threads may be waiting for the lost peer
         raise
@@ -456,9 +461,9 @@ class _Outputs:
         self.bar.update(1)
 
     def close(self):
-        for resource in (self.metrics, self.scalars, self.bar):
-            if resource is not None:
-                resource.close()
+        for output in (self.metrics, self.scalars, self.bar):
+            if output is not None:
+                output.close()
 
 
 def _save(checkpointer, rounds_done, state, config):

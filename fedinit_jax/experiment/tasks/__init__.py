@@ -5,8 +5,8 @@ make a round's batches, its loss, its evaluator and its default model), what it 
 before loading anything, and the abstract shapes of a round (for benchmarks/plan.py). The
 binaries look the family up here instead of branching on dataset names:
 
-    REGISTRY = {"shakespeare": shakespeare.FAMILY}   # any other name: images.FAMILY
-                                                    # (digits, or a TFDS image dataset)
+    REGISTRY = {"shakespeare": shakespeare.FAMILY,   # any other name: images.FAMILY
+                "synthetic": synthetic.FAMILY}      # (digits, or a TFDS image dataset)
 
 A new dataset family is one module and one `register(name, FAMILY)` call
 (docs/tasks.md's worked example, which tests/test_tasks.py registers and trains).
@@ -92,9 +92,10 @@ def family(dataset: str) -> Family:
 
 
 def _register_builtin():
-    from fedinit_jax.experiment.tasks import shakespeare
+    from fedinit_jax.experiment.tasks import shakespeare, synthetic
 
     register("shakespeare", shakespeare.FAMILY)
+    register("synthetic", synthetic.FAMILY)
 
 
 _register_builtin()

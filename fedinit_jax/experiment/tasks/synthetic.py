@@ -1,0 +1,108 @@
+"""Synthetic(alpha, beta) of FedProx (Li et al. 2020, Section 5.1) as a cross-device task:
+any number of clients, each client's data made on demand from (seed, its id), so nothing of
+size C is built but the [C] client sizes.
+
+Client k: u_k ~ N(0, alpha), W_k ~ N(u_k, 1) [10 x 60], b_k ~ N(u_k, 1); B_k ~ N(0, beta),
+v_k ~ N(B_k, 1); x ~ N(v_k, diag(j^-1.2)), y = argmax(W_k x + b_k), 100 examples, 80 to train
+on. The test set is the other 20 examples of the first 500 clients (10,000 examples). alpha is
+config.dirichlet_alpha and beta config.category_noise (docs/tasks.md; the config has no
+fields of a family's own yet). FedProx's model is multinomial logistic regression:
+config.model "linear" (or "mlp").
+
+    python -m experiments.train --config experiments/configs/cross_device.py --workdir /tmp/xd
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from fedinit_jax import checks, data, models
+from fedinit_jax.experiment.tasks import AbstractRound, Family, Task
+
+FEATURES, CLASSES, PER_CLIENT, TRAIN = 60, 10, 100, 80
+TEST_CLIENTS = 500
+MODELS = ("linear", "mlp")
+
+
+def client_data(client_id: int, alpha: float, beta: float, seed: int):
+    """Client `client_id`'s 100 examples: x [100, 60] float32, y [100] int32, from (seed, id)
+    alone (the same wherever and whenever it is asked for)."""
+    rng = np.random.default_rng([seed, 5, int(client_id)])
+    u, big_b = rng.normal(0, np.sqrt(alpha)), rng.normal(0, np.sqrt(beta))
+    w, b = rng.normal(u, 1, (CLASSES, FEATURES)), rng.normal(u, 1, CLASSES)
+    v = rng.normal(big_b, 1, FEATURES)
+    sigma = np.arange(1, FEATURES + 1) ** -1.2
+    x = (v + rng.normal(size=(PER_CLIENT, FEATURES)) * np.sqrt(sigma)).astype(np.float32)
+    return x, np.argmax(x @ w.T + b, axis=1).astype(np.int32)
+
+
+def _cohort(ids, config):
+    xs, ys = zip(*(client_data(i, config["dirichlet_alpha"], config["category_noise"],
+                               config["seed"]) for i in np.asarray(ids).tolist()))
+    return np.stack(xs), np.stack(ys)
+
+
+def steps(config):
+    """K: config.local_steps, else local_epochs passes over the 80 training examples."""
+    return config["local_steps"] or config["local_epochs"] * (TRAIN // config["batch_size"])
+
+
+def _loss_and_accuracy(apply_fn, params, x, y):
+    logits = apply_fn(params, x)
+    return (optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(),
+            jnp.mean(jnp.argmax(logits, -1) == y))
+
+
+def build(config) -> Task:
+    model = models.get(config["model"], CLASSES)
+    x, y = _cohort(range(min(TEST_CLIENTS, config["num_clients"])), config)
+    test_x = jnp.asarray(x[:, TRAIN:].reshape(-1, FEATURES))
+    test_y = jnp.asarray(y[:, TRAIN:].reshape(-1))
+
+    def loss_fn(params, batch, key):
+        del key
+        return _loss_and_accuracy(model.apply, params, *batch)[0]
+
+    @jax.jit
+    def evaluate(params):
+        loss, accuracy = _loss_and_accuracy(model.apply, params, test_x, test_y)
+        return {"test_accuracy": accuracy, "test_loss": loss}
+
+    def round_batches(ids, rng):
+        """The sampled clients' data made now, then batched as any shards are."""
+        x, y = _cohort(ids, config)
+        shards = data.ClientShards(x[:, :TRAIN], y[:, :TRAIN])
+        return data.round_batches(shards, np.arange(len(ids)), epochs=config["local_epochs"],
+                                  batch_size=config["batch_size"], rng=rng,
+                                  steps=config["local_steps"]), None
+
+    info = {"clients": config["num_clients"], "generated": "per client, from (seed, id)",
+            "test_examples": int(test_y.shape[0])}
+    return Task(round_batches, np.full(config["num_clients"], TRAIN, np.int32), loss_fn,
+                evaluate, model, (FEATURES,), CLASSES, steps(config), 4 * FEATURES + 4 + 8,
+                info)
+
+
+def check(config) -> None:
+    if config["model"] not in MODELS:
+        checks.fail("config.model", config["model"],
+                    f"the synthetic dataset takes {' or '.join(MODELS)}")
+    if config["batch_size"] > TRAIN:
+        checks.fail("config.batch_size", config["batch_size"],
+                    f"a synthetic client has {TRAIN} training examples: at most {TRAIN}")
+    if config["partition"] != "dirichlet" or config["client_noise"] or config["augment"]:
+        checks.fail("config.partition", config["partition"], "the synthetic clients are "
+                    "their own split: keep partition=dirichlet, client_noise=0, augment=False "
+                    "(dirichlet_alpha and category_noise are Synthetic's alpha and beta)")
+
+
+def abstract(config, slots: int) -> AbstractRound:
+    model = models.get(config["model"], CLASSES)
+    k, b = steps(config), config["batch_size"]
+    batches = (jax.ShapeDtypeStruct((slots, k, b, FEATURES), np.float32),
+               jax.ShapeDtypeStruct((slots, k, b), np.int32))
+    return AbstractRound(model, lambda p, batch, key: _loss_and_accuracy(
+        model.apply, p, *batch)[0], (FEATURES,), k, batches, None)
+
+
+FAMILY = Family(build=build, check=check, abstract=abstract, natural_split="synthetic")
