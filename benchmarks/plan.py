@@ -8,7 +8,9 @@ device, the round's FLOPs, whether it fits each chip, and a predicted round and 
 
 What is measured and what is predicted:
   * memory: XLA's `memory_analysis()` of the compiled round on one device of the mesh
-    (arguments + outputs + temporaries - aliased; the state is donated, as the binaries do),
+    (arguments + outputs + temporaries - aliased; the state is donated, as the binaries do);
+    "fits" says yes, "host store" when only the round without the [C, ...] client tables
+    fits (--config.client_store=host keeps them in host memory), or NO,
     by the CPU compiler for simulated devices, or by the GPU's with --on-device. A GPU or TPU
     compiler fuses differently from the CPU's, so its temporaries differ: a plan, not a
     promise (the binaries check the real compiled round on the real device before training).
@@ -166,12 +168,19 @@ def plan(spec: str, devices: int, utilization: float) -> dict:
     unsharded = algo.with_runtime(execution="vmap", num_devices=None)
     flops = matmul_flops(jax.make_jaxpr(unsharded.apply)(state, inp, key).jaxpr) / devices
     d = sum(math.prod(x.shape) for x in jax.tree.leaves(params))
+    # the [C, ...] client tables in the round's arguments (its outputs alias them): what a
+    # host or disk client store keeps off the device (fedinit_jax/client_store.py)
+    client_tables = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(
+        (state.client_params, state.client_state, state.client_visited)))
+    account["client_tables"] = client_tables
     row = {"preset": spec.split(":", 1)[-1] or spec, "devices": devices, "clients": c,
            "slots": n, "steps": k, "batch": config["batch_size"], "params": d,
            "rounds": config["rounds"], "flops_per_device": flops,
            "compile_seconds": compile_seconds, **account}
     for chip, (memory, peak) in CHIPS.items():
-        row[chip] = (account["peak"] <= memory,
+        fits = ("yes" if account["peak"] <= memory else
+                "host store" if account["peak"] - client_tables <= memory else "NO")
+        row[chip] = (fits,
                      flops / (peak * utilization), flops / (peak * utilization)
                      * config["rounds"] / 3600)
     return row
@@ -184,13 +193,14 @@ def tables(rows, utilization):
         return f"{x / 2**30:.2f} GiB" if x >= 2**30 else f"{x / 2**20:.1f} MiB"
 
     memory = markdown(
-        ["preset", "D", "C / slots N / K / B", "params", "arguments", "temporaries",
-         "aliased", "peak per device", *[f"fits {chip}" for chip in CHIPS],
+        ["preset", "D", "C / slots N / K / B", "params", "arguments", "client tables",
+         "temporaries", "aliased", "peak per device", *[f"fits {chip}" for chip in CHIPS],
          "CPU compile s"],
         [[r["preset"], r["devices"], f"{r['clients']} / {r['slots']} / {r['steps']} / "
-          f"{r['batch']}", f"{r['params']:,}", size(r["arguments"]), size(r["temporaries"]),
-          size(r["aliased"]), size(r["peak"]), *["yes" if r[c][0] else "NO" for c in CHIPS],
-          f"{r['compile_seconds']:.0f}"] for r in rows])
+          f"{r['batch']}", f"{r['params']:,}", size(r["arguments"]),
+          size(r["client_tables"]), size(r["temporaries"]), size(r["aliased"]),
+          size(r["peak"]), *[r[c][0] for c in CHIPS], f"{r['compile_seconds']:.0f}"]
+         for r in rows])
     speed = markdown(
         ["preset", "D", "GFLOP per round per device",
          *[f"{chip}: s/round, h/run" for chip in CHIPS]],
