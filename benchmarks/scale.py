@@ -89,6 +89,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--device_max", type=int, default=100000,
                         help="largest C for the device tables (1e6 x 8,449 floats: 34 GB)")
+    parser.add_argument("--figure", help="also draw round ms against C per store (PNG)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -104,6 +105,7 @@ def main():
           f"{time.strftime('%Y-%m-%d %H:%M')}\n")
     print("| store | C | params | init s | round ms | vs C=100 | peak RSS MiB | rows held |")
     print("|---|---|---|---|---|---|---|---|")
+    measured = {}  # store -> [(C, round ms)]
     for store in stores:
         base = None
         for c in sizes:
@@ -118,10 +120,32 @@ def main():
                 print(f"| {store} | {c:,} | failed: {out.stderr.strip().splitlines()[-1]} |")
                 continue
             r = json.loads(out.stdout.strip().splitlines()[-1])
+            measured.setdefault(store, []).append((c, 1e3 * r["round_s"]))
             base = base or r["round_s"]
             print(f"| {store} | {c:,} | {r['params']:,} | {r['init_s']:.2f} | "
                   f"{1e3 * r['round_s']:.2f} | {r['round_s'] / base:.2f}x | "
                   f"{r['peak_rss_mib']:.0f} | {r['rows_held']:,} |", flush=True)
+    if args.figure:
+        _figure(measured, args.figure)
+
+
+def _figure(measured, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for store, points in measured.items():
+        ax.plot(*zip(*points), marker="o", label=store)
+    ax.set_xscale("log")
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("clients in the federation, C")
+    ax.set_ylabel("round time, ms (median)")
+    ax.set_title(f"one round of {N} clients x {K} steps (FedInit)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":
