@@ -45,25 +45,32 @@ def test_bernoulli_bound_of_ten_million_clients_is_computed():
     assert 5_000_000 + 4 * 1581 < n < 5_000_000 + 6 * 1581
 
 
-def test_sigterm_ends_a_stuck_run_within_the_grace_period(tmp_path):
-    """A round loop that never reaches a boundary (here a fault that sleeps) still ends on
-    SIGTERM: one line, exit 128 + 15, within FEDINIT_STOP_GRACE_SECONDS."""
+def _sigterm_a_stuck_run(workdir, stuck_round, grace):
+    """A run whose round loop never reaches a boundary (a fault that sleeps at the start of
+    round `stuck_round`), sent SIGTERM: (exit code, seconds to exit, stderr)."""
     script = (
         "import time, sys; sys.path.insert(0, 'tests')\n"
         "from conftest import quiet_config, QUIET\n"
         "from fedinit_jax.experiment import simulation\n"
         "def stuck(point, t):\n"
-        "    if point == 'round_start' and t == 2:\n"
+        f"    if point == 'round_start' and t == {stuck_round}:\n"
         "        print('stuck', flush=True); time.sleep(600)\n"
-        f"simulation.run(quiet_config(), {str(tmp_path / 'run')!r}, fault=stuck, **QUIET)\n")
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "FEDINIT_STOP_GRACE_SECONDS": "2"}
+        f"simulation.run(quiet_config(), {str(workdir)!r}, fault=stuck, **QUIET)\n")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "FEDINIT_STOP_GRACE_SECONDS": str(grace)}
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout.readline().strip() == "stuck"
     t0 = time.time()
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + signal.SIGTERM and time.time() - t0 < 15
+    return proc.returncode, time.time() - t0, stderr
+
+
+def test_sigterm_ends_a_stuck_run_within_the_grace_period(tmp_path):
+    """A round loop that never reaches a boundary still ends on SIGTERM: one line, exit
+    128 + 15, within FEDINIT_STOP_GRACE_SECONDS, naming the checkpoint it keeps."""
+    code, seconds, stderr = _sigterm_a_stuck_run(tmp_path / "run", 2, grace=2)
+    assert code == 128 + signal.SIGTERM and seconds < 15
     assert "stopped by SIGTERM (no round boundary within 2 s)" in stderr, stderr
     assert "the checkpoint after round 1 is kept" in stderr, stderr
     assert (tmp_path / "run" / "checkpoints" / "1").is_dir()  # round 1's is kept
@@ -72,21 +79,8 @@ def test_sigterm_ends_a_stuck_run_within_the_grace_period(tmp_path):
 def test_a_stop_before_any_checkpoint_does_not_claim_one(tmp_path):
     """Stuck in round 1, nothing saved yet: the forced exit says so (it said the last
     checkpoint was kept when there was none)."""
-    script = (
-        "import time, sys; sys.path.insert(0, 'tests')\n"
-        "from conftest import quiet_config, QUIET\n"
-        "from fedinit_jax.experiment import simulation\n"
-        "def stuck(point, t):\n"
-        "    if point == 'round_start' and t == 1:\n"
-        "        print('stuck', flush=True); time.sleep(600)\n"
-        f"simulation.run(quiet_config(), {str(tmp_path / 'run')!r}, fault=stuck, **QUIET)\n")
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "FEDINIT_STOP_GRACE_SECONDS": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert proc.stdout.readline().strip() == "stuck"
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    code, _, stderr = _sigterm_a_stuck_run(tmp_path / "run", 1, grace=1)
+    assert code == 128 + signal.SIGTERM, stderr
     assert "no checkpoint was taken yet, rerunning the same command starts over" in stderr
 
 
