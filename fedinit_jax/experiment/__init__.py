@@ -233,7 +233,7 @@ def build(config, client_store=None) -> Experiment:
             reason = "the tables and the compiled round fit" if store == "auto" else reason
             store = "device"
         except ValueError as err:
-            if store == "device":
+            if store == "device" or jax.process_count() > 1:  # stores: one process only
                 raise
             _check_cohort_memory(config, task.model, task.input_shape, err)
             store, reason = "host", f"not on the device: {err}"
