@@ -40,6 +40,7 @@ from fedinit_jax.federated_round import Cohort, as_arrays, divergence_all, store
 from fedinit_jax.types import FederatedAlgorithm, FedState, RoundInput
 
 CHUNK_ROWS = 4096  # rows streamed at once by divergence_all
+PRESENCE_CHUNK = 1024  # clients per chunk of the disk store's presence array
 _divergence_all = jax.jit(divergence_all)
 
 
@@ -293,7 +294,8 @@ class HostStore(_Lazy):
 class DiskStore(_Lazy):
     """Rows in a zarr array on disk through tensorstore, [C, width] in chunks of one row:
     a client never sampled has no chunk (no file), and reads as its initial row. Which rows
-    exist is a second zarr array, [C] uint8, in chunks of 65,536 clients."""
+    exist is a second zarr array, [C] uint8, in chunks of PRESENCE_CHUNK clients (small:
+    a round reads and rewrites only the chunks its clients fall in)."""
 
     def __init__(self, algo: FederatedAlgorithm, params, num_clients: int, path: str):
         ts = require("tensorstore", "client_store.DiskStore")
@@ -313,7 +315,7 @@ class DiskStore(_Lazy):
         self.rows = open_array("rows", (self.num_clients, self.layout.width),
                                (1, self.layout.width), self.disk_dtype)
         self.present = open_array("present", (self.num_clients,),
-                                  (min(65536, self.num_clients),), np.uint8)
+                                  (min(PRESENCE_CHUNK, self.num_clients),), np.uint8)
 
     def _read_flat(self, ids):
         """([N, width] rows, [N] bool present) of the ids."""
