@@ -40,9 +40,7 @@ def _equal(a, b):
 
 @pytest.mark.parametrize("name, runtime", [
     ("fedinit", {"execution": "vmap"}), ("scaffold", {"execution": "vmap"}),
-    ("feddyn", {"execution": "vmap"}), ("fedcm", {"execution": "vmap"}),
-    ("scaffold", {"execution": "sequential"}), ("fedinit", {"execution": "sequential"}),
-    ("feddyn", {"execution": "vmap", "num_devices": 2}),
+    ("fedcm", {"execution": "sequential"}), ("feddyn", {"execution": "vmap", "num_devices": 2}),
     ("fedinit-first_visit", {"execution": "sequential"})])
 def test_every_store_equals_the_state_tables(tmp_path, name, runtime):
     if runtime.get("num_devices", 1) > len(jax.devices()):
