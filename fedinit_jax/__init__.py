@@ -11,10 +11,11 @@ sampled client from the relaxed initialization w_i0 = w + beta * (w - w_i).
     state, metrics = algo.apply(state, round_input, key)          # pure, jit-compiled
 
 This package is the core (algorithms, the round, local training, corrections, models,
-pytree helpers, data loaders and partitions, replicas); it imports nothing of the experiment
+pytree helpers, data loaders and partitions, replicas, client stores: where the per-client
+state of a large federation lives); it imports nothing of the experiment
 machinery (fedinit_jax.experiment: configs, the run loop, workdirs, checkpoints, tasks).
 """
-from fedinit_jax import algorithms, replicas
+from fedinit_jax import algorithms, client_store, replicas
 from fedinit_jax.correction import (
     ClientCorrection,
     Correction,
@@ -24,6 +25,7 @@ from fedinit_jax.correction import (
     compose,
 )
 from fedinit_jax.federated_round import (
+    Cohort,
     RoundSpec,
     build_algorithm,
     check_round_input,
@@ -31,7 +33,7 @@ from fedinit_jax.federated_round import (
 )
 from fedinit_jax.types import Costs, FederatedAlgorithm, FedState, RoundInput, Runtime
 
-__all__ = ["algorithms", "replicas", "build_algorithm", "check_round_input", "check_state",
+__all__ = ["algorithms", "replicas", "client_store", "Cohort", "build_algorithm", "check_round_input", "check_state",
            "Correction", "ClientCorrection", "ServerCorrection", "ServerInput", "LocalContext",
            "compose", "Costs", "FederatedAlgorithm", "FedState", "RoundInput", "RoundSpec",
            "Runtime"]
