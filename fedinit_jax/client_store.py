@@ -41,7 +41,6 @@ from fedinit_jax.types import FederatedAlgorithm, FedState, RoundInput
 
 CHUNK_ROWS = 4096  # rows streamed at once by divergence_all
 PRESENCE_CHUNK = 1024  # clients per chunk of the disk store's presence array
-_divergence_all = jax.jit(divergence_all)
 
 
 def server_state(algo: FederatedAlgorithm, params) -> FedState:
@@ -143,7 +142,7 @@ class DeviceStore:
         self.tables = self._scatter(self.tables, jnp.asarray(ids), rows)
 
     def divergence_all(self, w) -> float:
-        return float(_divergence_all(self.tables.client_params, w))
+        return float(divergence_all(self.tables.client_params, w))
 
     @property
     def rows_held(self) -> int:
@@ -209,6 +208,9 @@ class _Lazy:
             data = f.read()
         return np.unique(np.frombuffer(data[:len(data) // 8 * 8], np.int64))
 
+    def _delta_path(self, rounds_done: int) -> str:
+        return os.path.join(self.folder, f"delta-{rounds_done}.npz")
+
     def _deltas(self) -> list[int]:
         return sorted(int(n[6:-4]) for n in os.listdir(self.folder)
                       if n.startswith("delta-") and n.endswith(".npz"))
@@ -216,7 +218,7 @@ class _Lazy:
     def checkpoint(self, rounds_done: int) -> None:
         """folder/delta-<rounds_done>.npz: the rows written since the last commit."""
         ids = self._journaled()
-        path = os.path.join(self.folder, f"delta-{rounds_done}.npz")
+        path = self._delta_path(rounds_done)
         tmp = f"{path}.tmp{os.getpid()}.npz"
         np.savez(tmp, ids=ids, rows=self._read_flat(ids)[0])
         os.replace(tmp, path)
@@ -232,7 +234,7 @@ class _Lazy:
         """The rows as they were after round rounds_done (0: none written)."""
         for t in self._deltas():
             if t > rounds_done:
-                os.remove(os.path.join(self.folder, f"delta-{t}.npz"))
+                os.remove(self._delta_path(t))
         self._rewrite(self._journaled())
         self.committed(rounds_done)
 
@@ -242,7 +244,7 @@ class _Lazy:
         for t in reversed(self._deltas()):
             if len(found) == len(wanted):
                 break
-            with np.load(os.path.join(self.folder, f"delta-{t}.npz")) as delta:
+            with np.load(self._delta_path(t)) as delta:
                 for k, i in enumerate(delta["ids"].tolist()):
                     if i in wanted and i not in found:
                         found[i] = delta["rows"][k]
@@ -287,7 +289,7 @@ class HostStore(_Lazy):
         del pending
         self.slot, self.rows = {}, np.empty((0, self.layout.width), self.layout.dtype)
         for t in self._deltas():
-            with np.load(os.path.join(self.folder, f"delta-{t}.npz")) as delta:
+            with np.load(self._delta_path(t)) as delta:
                 self._write_flat(delta["ids"], delta["rows"])
 
 

@@ -346,6 +346,7 @@ def federated_round(spec: RoundSpec, runtime: Runtime, state: FedState,
                               client_visited=new_tables.client_visited), metrics
 
 
+@jax.jit
 def divergence_all(client_params, w) -> Array:
     """The paper's Delta^t = (1/C) sum_C ||w_i - w||^2 over a [C, ...] table of last local
     models (stored dtype, widened to float32). It reads every client: the binaries take it

@@ -264,12 +264,18 @@ def host_memory():
         return None
 
 
+def _state_sizes(config, model, example_shape):
+    """(d, model-sized vectors per client: w_i and the algorithm's per-client states), from
+    the model's abstract init (nothing allocated)."""
+    shapes = jax.eval_shape(lambda key: model.init(key, example_shape), jax.random.key(0))
+    d = sum(math.prod(x.shape) for x in jax.tree.leaves(shapes))
+    return d, 1 + len(algorithms.REGISTRY[config["algorithm"]].costs.client_state)
+
+
 def _check_memory(config, model, example_shape, algo):
     """ValueError before any allocation when even the state alone cannot fit: every client's
     w_i and per-client extras (C x vectors x d x bytes) plus four copies of the model."""
-    shapes = jax.eval_shape(lambda key: model.init(key, example_shape), jax.random.key(0))
-    d = sum(math.prod(x.shape) for x in jax.tree.leaves(shapes))
-    vectors = 1 + len(algorithms.REGISTRY[config["algorithm"]].costs.client_state)
+    d, vectors = _state_sizes(config, model, example_shape)
     itemsize = jax.numpy.dtype(config["client_state_dtype"]).itemsize
     need = config["num_clients"] * vectors * d * itemsize + 4 * 4 * d
     available = available_memory()
@@ -284,9 +290,7 @@ def _check_memory(config, model, example_shape, algo):
 def _check_cohort_memory(config, model, example_shape, device_error) -> None:
     """Before the clients go to host memory (client_store auto): the device must still hold
     the model's copies and one round's cohort rows; else the device's refusal stands."""
-    shapes = jax.eval_shape(lambda key: model.init(key, example_shape), jax.random.key(0))
-    d = sum(math.prod(x.shape) for x in jax.tree.leaves(shapes))
-    vectors = 1 + len(algorithms.REGISTRY[config["algorithm"]].costs.client_state)
+    d, vectors = _state_sizes(config, model, example_shape)
     need = (clients_per_round(config) * vectors + 16) * d * 4
     available = available_memory()
     if available is not None and need > available:

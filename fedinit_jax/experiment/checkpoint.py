@@ -100,6 +100,12 @@ class Checkpointer:
         self._manager.close()
 
 
+def checkpoint_rounds(workdir: str) -> list[int]:
+    """The rounds of the checkpoints under workdir's checkpoints/ (read or not)."""
+    folder = os.path.join(workdir, "checkpoints")
+    return [int(d) for d in os.listdir(folder) if d.isdigit()] if os.path.isdir(folder) else []
+
+
 def saved_config(workdir: str):
     """The config recorded in the newest checkpoint of workdir's checkpoints/ (a dict), or
     None when there is no checkpoint or it records none (written before configs were).
@@ -107,13 +113,12 @@ def saved_config(workdir: str):
     Read from the step's metadata file (orbax's _CHECKPOINT_METADATA JSON, its
     custom_metadata) rather than through a CheckpointManager, whose creation is a collective
     of every process of a multi-process run: this is asked by process 0 alone."""
-    directory = os.path.join(workdir, "checkpoints")
-    steps = [int(d) for d in os.listdir(directory) if d.isdigit()] if os.path.isdir(
-        directory) else []
+    steps = checkpoint_rounds(workdir)
     if not steps:
         return None
     try:
-        with open(os.path.join(directory, str(max(steps)), "_CHECKPOINT_METADATA")) as f:
+        with open(os.path.join(workdir, "checkpoints", str(max(steps)),
+                               "_CHECKPOINT_METADATA")) as f:
             metadata = json.load(f).get("custom_metadata") or {}
     except (OSError, ValueError, AttributeError):  # a damaged step: restore() reports it
         return None

@@ -151,7 +151,7 @@ def rounds_done(workdir: str, config: dict) -> int:
     path = os.path.join(workdir, "config.json")
     saved = [(path, experiment.saved_config(path))] if os.path.exists(path) else []
     done = max([0] + [r["round"] for r in read_metrics(workdir)[-1:]]
-               + _checkpoint_rounds(workdir))
+               + checkpoint_lib.checkpoint_rounds(workdir))
     if not done:  # a workdir with no finished round holds no results: it takes the new
         return 0  # config (e.g. the corrected command after a run that failed in round 1)
     recorded = checkpoint_lib.saved_config(workdir)
@@ -178,7 +178,7 @@ def finished_rounds(workdir: str, config: dict) -> int:
     config, damaged metrics, or a checkpoint whose rounds metrics.jsonl lacks (so a sweep
     never calls "done" a cell the binary would refuse)."""
     rounds_done(workdir, config)
-    start = max([0] + _checkpoint_rounds(workdir))
+    start = max([0] + checkpoint_lib.checkpoint_rounds(workdir))
     _rows_up_to(workdir, start)
     return start
 
@@ -194,11 +194,6 @@ def _rows_up_to(workdir, start):
     return rows
 
 
-def _checkpoint_rounds(workdir):
-    folder = os.path.join(workdir, "checkpoints")
-    return [int(d) for d in os.listdir(folder) if d.isdigit()] if os.path.isdir(folder) else []
-
-
 def _make_workdir(workdir: str) -> None:
     """Create the workdir and prove it is writable (ValueError naming it when not)."""
     try:
@@ -209,9 +204,6 @@ def _make_workdir(workdir: str) -> None:
         os.remove(probe)
     except OSError as err:
         raise WorkdirError(f"workdir={workdir!r} is not writable: {err.strerror}") from None
-
-
-_divergence_all = jax.jit(divergence_all)  # reads every client: evaluation rounds only
 
 
 @jax.jit
@@ -299,7 +291,7 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop):
                 t1 = time.perf_counter()
                 row.update({k: float(v) for k, v in exp.evaluate(state.params).items()})
                 row["divergence_all"] = (
-                    float(_divergence_all(state.client_params, state.params))
+                    float(divergence_all(state.client_params, state.params))
                     if clients is None else clients.divergence_all(state.params))
                 fault("eval", t + 1)
                 row["eval_seconds"] = time.perf_counter() - t1
