@@ -33,8 +33,9 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
 
-from fedinit_jax import tree
+from fedinit_jax import execution, tree
 from fedinit_jax.checks import require
 from fedinit_jax.federated_round import Cohort, as_arrays, divergence_all, store
 from fedinit_jax.types import FederatedAlgorithm, FedState, RoundInput
@@ -62,18 +63,69 @@ def run_round(algo: FederatedAlgorithm, state: FedState, client_rows, round_inpu
               key):
     """One round on a federation held in `client_rows` (a ClientStore): gather the sampled
     clients' rows, algo.apply_cohort, scatter the real clients' new rows.
-    Returns (state, metrics)."""
+    Returns (state, metrics).
+
+    In a multi-process run (every process calls it with the same inputs) each process
+    gathers and scatters the rows of its own slots only (those its devices hold), which
+    needs a DiskStore on a folder every process reads: process 0 journals the round's ids
+    before any row is written and marks them present, and the round ends when every
+    process has written its rows."""
     round_input = as_arrays(round_input)
     ids = np.asarray(round_input.client_ids)
     real = (np.ones(ids.size, bool) if round_input.mask is None
             else np.asarray(round_input.mask))
     # a padded slot's id means nothing: it reads some real client's row and writes nothing
-    cohort = client_rows.gather(np.where(real, ids, ids[real][0]))
+    read = np.where(real, ids, ids[real][0])
+    if jax.process_count() > 1:
+        return _run_round_processes(algo, state, client_rows, round_input, key, ids, real, read)
+    cohort = client_rows.gather(read)
     state, new_cohort, metrics = algo.apply_cohort(state, cohort, round_input, key,
                                                    client_rows.num_clients)
     kept = np.flatnonzero(real)
     client_rows.scatter(ids[kept], jax.tree.map(lambda x: x[kept], new_cohort))
     return state, metrics
+
+
+def _run_round_processes(algo, state, client_rows, round_input, key, ids, real, read):
+    """run_round when the cohort's slots are split over several processes' devices."""
+    from jax.experimental import multihost_utils
+
+    if not isinstance(client_rows, DiskStore):
+        raise ValueError(f"a multi-process run keeps its clients in a DiskStore on a folder "
+                         f"every process reads, not a {type(client_rows).__name__}: a "
+                         "client's row must be readable by whichever process is dealt it")
+    sharding = NamedSharding(execution.client_mesh(algo.runtime.num_devices),
+                             PartitionSpec("clients"))
+    n = ids.size
+    mine = np.unique(np.concatenate([np.arange(n)[index[0]] for index in
+                                     sharding.addressable_devices_indices_map((n,)).values()]))
+    at = np.full(n, -1)
+    at[mine] = np.arange(mine.size)
+    local = jax.tree.map(np.asarray, client_rows.gather(read[mine]))
+    cohort = jax.tree.map(lambda x: jax.make_array_from_callback(
+        (n, *x.shape[1:]), sharding, lambda index: x[at[np.arange(n)[index[0]]]]), local)
+    client_rows.journal(ids[real])  # before the round's collectives, so before any write
+    state, new_cohort, metrics = algo.apply_cohort(state, cohort, round_input, key,
+                                                   client_rows.num_clients)
+    kept = real[mine]
+    client_rows.write_rows(ids[mine][kept], jax.tree.map(
+        lambda x: _local_rows(x, mine)[kept], new_cohort))
+    if jax.process_index() == 0:  # every process has gathered: the round's collectives ran
+        client_rows.mark_present(ids[real])
+    multihost_utils.sync_global_devices("fedinit_jax: the cohort's rows are written")
+    return state, metrics
+
+
+def _local_rows(x, slots) -> np.ndarray:
+    """The rows `slots` of a [N, ...] array split over the devices, from this process's own
+    shards."""
+    out = np.empty((slots.size, *x.shape[1:]), x.dtype)
+    at = np.full(x.shape[0], -1)
+    at[slots] = np.arange(slots.size)
+    for shard in x.addressable_shards:
+        held = np.arange(x.shape[0])[shard.index[0]]
+        out[at[held]] = np.asarray(shard.data)
+    return out
 
 
 class _Layout:
@@ -177,10 +229,14 @@ class _Lazy:
         ids = _check_ids(ids, self.num_clients)
         if not ids.size:
             return
-        if self._journal is not None:  # before the rows: a kill between leaves a named id
-            self._journal.write(ids.tobytes())
-            self._journal.flush()
+        self.journal(ids)  # before the rows: a kill between leaves a named id
         self._write_flat(ids, self.layout.flatten(rows))
+
+    def journal(self, ids) -> None:
+        """Name ids as about to be written (kept for checkpoint / restore once attached)."""
+        if self._journal is not None:
+            self._journal.write(np.asarray(ids, np.int64).tobytes())
+            self._journal.flush()
 
     def divergence_all(self, w) -> float:
         w_flat = _flat_params(w)
@@ -329,8 +385,23 @@ class DiskStore(_Lazy):
         return flat, present
 
     def _write_flat(self, ids, flat) -> None:
-        self.rows.oindex[ids, :].write(np.asarray(flat).astype(self.disk_dtype)).result()
-        self.present.oindex[ids].write(np.ones(ids.size, np.uint8)).result()  # after the rows
+        self._write_rows(ids, flat)
+        self.mark_present(ids)  # after the rows
+
+    def _write_rows(self, ids, flat) -> None:
+        if ids.size:
+            self.rows.oindex[ids, :].write(np.asarray(flat).astype(self.disk_dtype)).result()
+
+    def write_rows(self, ids, rows: Cohort) -> None:
+        """A multi-process round's share of scatter: the rows of ids, not yet marked present
+        (process 0 marks the round's, after journaling them: run_round)."""
+        self._write_rows(_check_ids(ids, self.num_clients), self.layout.flatten(rows))
+
+    def mark_present(self, ids) -> None:
+        """The rows of ids are written (a client with a row no longer reads as w^0)."""
+        ids = _check_ids(ids, self.num_clients)
+        if ids.size:
+            self.present.oindex[ids].write(np.ones(ids.size, np.uint8)).result()
 
     def _held_ids(self) -> np.ndarray:
         return np.flatnonzero(np.asarray(self.present.read().result()))

@@ -447,14 +447,19 @@ def compile_algorithm(spec: RoundSpec, runtime: Runtime) -> FederatedAlgorithm:
         return compile_algorithm(spec, (current if runtime is None else runtime)
                                  ._replace(**fields))
 
-    # C static, as the tables' row count is to apply: the same XLA program, bit for bit
-    jitted_cohort = jax.jit(functools.partial(cohort_round, spec, runtime), static_argnums=4)
+    # C static, as the tables' row count is to apply: the same XLA program, bit for bit;
+    # with a mesh the new rows stay split over it (a process reads its own slots' rows)
+    jitted_cohort = jax.jit(functools.partial(cohort_round, spec, runtime), static_argnums=4,
+                            **({} if mesh is None else {"out_shardings": (
+                                replicated, NamedSharding(mesh, PartitionSpec("clients")),
+                                replicated)}))
 
     def apply_cohort(state: FedState, cohort: Cohort, round_input: RoundInput, key,
                      num_clients: int):
         """One round on the cohort's rows (cohort_round; pure, jittable): (state, cohort,
         round_input, key, C) -> (state, new cohort, metrics); C a Python int."""
-        return jitted_cohort(state, cohort, as_arrays(round_input), key, int(num_clients))
+        return jitted_cohort(place(state), cohort, as_arrays(round_input), key,
+                             int(num_clients))
 
     return FederatedAlgorithm(init=functools.partial(init_state, spec, runtime), apply=apply,
                               lower=lower, runtime=runtime, with_runtime=with_runtime,

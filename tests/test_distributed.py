@@ -90,6 +90,20 @@ def test_two_processes_stop_together_resume_and_equal_one(tmp_path, one_process)
     assert {r["clients"] for r in one_process} != {8}  # Bernoulli rounds really were padded
 
 
+def test_two_processes_share_a_disk_store_and_equal_one(tmp_path, one_process):
+    """client_store=disk on the shared workdir: each process gathers and scatters its own
+    slots' rows; 4 rounds, then the run extended to 6 (process 0 restores the rows from its
+    checkpoint), equal one process with the device tables."""
+    for rounds in (4, 6):
+        codes, outs = _finish(_launch(tmp_path, f"--config.rounds={rounds}",
+                                      "--config.client_store=disk"))
+        assert codes == [0, 0], outs
+    assert json.load(open(tmp_path / "run_info.json"))["client_store"] == "disk"
+    assert "resumed from the checkpoint after round 4" in outs[0][0] + outs[0][1]
+    assert (tmp_path / "client_rows" / "delta-6.npz").exists()
+    _close(without_timing(rows(tmp_path)), one_process[:6])
+
+
 def test_a_missing_peer_ends_the_run_with_one_line_and_exit_5(tmp_path):
     """Process 0 alone: after --distributed_timeout it says who is missing, exit 5."""
     (proc,) = _launch(tmp_path, "--config.rounds=2", "--distributed_timeout=1", processes=(0,))

@@ -214,9 +214,10 @@ def build(config, client_store=None) -> Experiment:
     validate(config)
     store = client_store if config["client_store"] == "auto" and client_store else (
         config["client_store"])
-    if store in ("host", "disk") and jax.process_count() > 1:
-        _fail("client_store", store, "a multi-process run keeps its clients on the device "
-              "(device or auto)")
+    if store == "host" and jax.process_count() > 1:
+        _fail("client_store", store, "host memory is one process's, and a client's row must "
+              "be readable by whichever process is dealt it: a multi-process run keeps its "
+              "clients on the device or on disk in the shared workdir (device, disk or auto)")
     task = tasks.family(config["dataset"]).build(config)
     if not isinstance(task, tasks.Task):
         raise ValueError(f"config.dataset={config['dataset']!r}: its task family's build "
@@ -233,10 +234,11 @@ def build(config, client_store=None) -> Experiment:
             reason = "the tables and the compiled round fit" if store == "auto" else reason
             store = "device"
         except ValueError as err:
-            if store == "device" or jax.process_count() > 1:  # stores: one process only
+            if store == "device":
                 raise
             _check_cohort_memory(config, task.model, task.input_shape, err)
-            store, reason = "host", f"not on the device: {err}"
+            store = "host" if jax.process_count() == 1 else "disk"  # host: one process's
+            reason = f"not on the device: {err}"
     return Experiment(task.round_batches, task.client_sizes, task.evaluate, algo, init_params,
                       task.num_classes, clients_per_round(config), task.steps, task.data_info,
                       store, reason)

@@ -85,6 +85,14 @@ def any_process(flag: bool) -> bool:
     return bool(np.any(multihost_utils.process_allgather(np.asarray(flag, np.int32))))
 
 
+def barrier(name: str) -> None:
+    """Wait until every process reaches the barrier `name` (nothing in a plain run)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
 def _allgather_text(text: str) -> list[str]:
     """Every process's `text`, in process order (two allgathers: lengths, padded bytes)."""
     from jax.experimental import multihost_utils

@@ -260,7 +260,7 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop):
         log(_state_memory_line(state, config["num_clients"]))
     else:
         state = client_store.server_state(exp.algorithm, exp.init_params)
-        clients = _open_store(exp, config, workdir)
+        clients = _open_store(exp, config, workdir, primary)
         log(f"per-client state: rows created when a client is first sampled, in "
             f"{'host memory' if exp.client_store == 'host' else clients.path}")
     checkpointer = Checkpointer(workdir, keep=config["keep_checkpoints"], log=log)
@@ -268,8 +268,10 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop):
         start, state, rows = _resume(checkpointer, state, config, workdir, log)
         if clients is None:
             check_state(exp.algorithm, state)  # the restored state is this algorithm's
-        else:
-            clients.restore(start)  # the rows as they were after round `start`
+        else:  # the rows as they were after round `start` (process 0 rewrites them)
+            if primary:
+                clients.restore(start)
+            distributed.barrier("the client rows are restored")
     except (WorkdirError, ValueError):
         checkpointer.close()
         raise
@@ -302,12 +304,13 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop):
             stopping = distributed.any_process(stop.signum is not None)
             if _checkpoint_due(config, t + 1, stopping):
                 try:
-                    if clients is not None:  # the rows of this checkpoint first (a delta)
+                    keeps_rows = clients is not None and primary  # process 0's journal
+                    if keeps_rows:  # the rows of this checkpoint first (a delta)
                         with workdir_lib.reporting(clients.folder):
                             clients.checkpoint(t + 1)
                         fault("rows_saved", t + 1)
                     _save(checkpointer, t + 1, state, config)
-                    if clients is not None:
+                    if keeps_rows:
                         clients.committed(t + 1)
                 except WriteError:
                     failed_save = True
@@ -552,15 +555,27 @@ def _recorded_store(workdir):
     return workdir_lib.read_json(path).get("client_store", "device")
 
 
-def _open_store(exp, config, workdir):
+def _open_store(exp, config, workdir, primary):
     """The HostStore or DiskStore of a run, journaling into <workdir>/client_rows (the disk
-    store's zarr array lives there too)."""
+    store's zarr array lives there too). In a multi-process run process 0 creates the disk
+    store and alone keeps its journal and checkpoints; the others open it after."""
     folder = os.path.join(workdir, "client_rows")
     if exp.client_store == "host":
-        clients = client_store.HostStore(exp.algorithm, exp.init_params, config["num_clients"])
-    else:
-        clients = client_store.DiskStore(exp.algorithm, exp.init_params, config["num_clients"],
-                                         os.path.join(folder, "store"))
+        return _attached(client_store.HostStore(exp.algorithm, exp.init_params,
+                                                config["num_clients"]), folder)
+    clients = None
+    for turn in (True, False):  # process 0 first: the array is created once
+        if primary == turn:
+            with workdir_lib.reporting(folder):
+                clients = client_store.DiskStore(exp.algorithm, exp.init_params,
+                                                 config["num_clients"],
+                                                 os.path.join(folder, "store"))
+        if jax.process_count() > 1:
+            distributed.barrier("the disk store is open")
+    return _attached(clients, folder) if primary else clients
+
+
+def _attached(clients, folder):
     with workdir_lib.reporting(folder):
         clients.attach(folder)
     return clients
