@@ -308,7 +308,10 @@ class _Lazy:
 
 
 class HostStore(_Lazy):
-    """Rows in host memory (numpy), created when a client is first sampled."""
+    """Rows in host memory (numpy), created when a client is first sampled. On GPU/TPU a
+    gather is one host-to-device transfer of the cohort's N rows; the rows are ordinary
+    (pageable) memory, not JAX's pinned_host memory kind, which would be a [C, ...] array
+    allocated whole at the start instead of growing with the clients ever sampled."""
 
     def __init__(self, algo: FederatedAlgorithm, params, num_clients: int):
         self._init_lazy(algo, params, num_clients)
