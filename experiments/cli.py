@@ -71,6 +71,21 @@ def define_config(default: str, help_text: str):
         _fail(f"config: {_describe(err)}")
 
 
+# --config.FIELD=None (or none): the field's "off" / "default" value, which ml_collections
+# cannot parse for a number field
+NONE_OVERRIDE = re.compile(r"--config\.(\w+)=(?:None|none)")
+
+
+def _set_none(config, field):
+    if field not in config:
+        _fail(_describe(KeyError(field)))
+    try:
+        setattr(config, field, None)
+    except TypeError:
+        _fail(f"config.{field}=None: this field takes a value, not None (its default: "
+              f"{config[field]!r})")
+
+
 def parse_flags(argv):
     """absl flag parsing whose errors print one line on stderr and exit with code 2.
 
@@ -81,10 +96,14 @@ def parse_flags(argv):
     if len(files) > 1:
         _fail(f"--config given {len(files)} times: one config file per run (change its fields "
               "with --config.FIELD=VALUE)")
+    nones = [a for a in argv[1:] if NONE_OVERRIDE.fullmatch(a)]
+    argv = [a for a in argv if a not in nones]
     try:
         remaining = flags.FLAGS(argv)
         if "config" in flags.FLAGS:
             flags.FLAGS.config.to_dict()  # loads the file, applies the overrides
+            for arg in nones:
+                _set_none(flags.FLAGS.config, NONE_OVERRIDE.fullmatch(arg).group(1))
         return remaining
     except flags.Error as err:
         _fail(_describe(err))

@@ -1,4 +1,5 @@
-"""SIGTERM / SIGINT while no round runs (loading, after the end): one line and exit 128 + signal, at once.
+"""SIGTERM / SIGINT while no round runs (loading, after the end): one line and exit 75
+(exit_codes.REQUEUE: rerun to continue), at once.
 
 Imported first by the binaries, before absl, JAX or a config is loaded: a signal that arrives
 while they load (Ctrl-C in the first second) would otherwise be a KeyboardInterrupt that
@@ -11,12 +12,14 @@ import os
 import signal
 import sys
 
+from experiments import exit_codes
+
 
 def _exit_now(signum, _frame):
     sys.stderr.write(f"stopped by {signal.Signals(signum).name} while no round was running: "
-                     "nothing to save\n")
+                     "nothing to save; rerun the same command to continue\n")
     sys.stderr.flush()
-    os._exit(128 + signum)
+    os._exit(exit_codes.REQUEUE)
 
 
 def install() -> None:

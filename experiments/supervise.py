@@ -17,7 +17,9 @@ import subprocess
 import sys
 import threading
 
-PEER_EXIT = 5  # a peer process never joined, or died
+from experiments import exit_codes
+
+PEER_EXIT = exit_codes.PEER_LOST  # a peer process never joined, or died
 CHILD_ENV = "FEDINIT_SUPERVISED"  # set in the child: it trains instead of supervising
 FATAL = "Terminating process because the JAX distributed service detected fatal errors"
 

@@ -11,25 +11,36 @@ The grid is algorithms x Dirichlet alphas x betas x local epochs x delta_from x 
 the config (which --config.FIELD overrides change for every cell), in that order; a cell's
 index is its place in it. Each cell is a workdir
 <results>/<algorithm>-dir<alpha>-beta<beta>-E<epochs>-<delta_from>-s<seed> (Shakespeare: -roles-
-instead of -dir<alpha>-, its partition is natural). A finished cell (the binary's rule:
-simulation.finished_rounds) is skipped, an unfinished one resumes from its last checkpoint, a
-diverged one is reported and the sweep goes on; a cell whose workdir holds another config
-(or is damaged) is an error, one line, and the sweep goes on. A cell that another process
-is running (its workdir's lock is held: another sweep, a job array task) is "running
-elsewhere", never an error: the sweep runs the other cells first, then waits for it (--wait,
-default) and takes it over if its holder ended without finishing it.
+instead of -dir<alpha>-, its partition is natural), named with the resolved values (no
+--betas: each algorithm's default beta, e.g. beta0.1 for FedInit, as config.json records it;
+a folder named `betadefault` by earlier versions is still that cell's workdir).
+
+A cell is in one of six states, the same in --list, the status files and the exit code:
+done, diverged (not rerun unless --rerun_diverged), failed (an error: its line says which),
+unfinished (k/R rounds: resumes from its last checkpoint), not started, running elsewhere
+(its workdir's lock is held: another sweep, a job array task; the sweep runs the other cells
+first, then waits for it (--wait, default) and takes it over if its holder ended without
+finishing it). Every cell's lines are printed (prefixed by the cell's name under --workers)
+and kept in its workdir's train.log; the sweep ends with a table of its cells (state, final
+test accuracy, rounds, training time).
 
 Status: <results>/sweep_status/<cell>.json, written only by the process that ran the cell or
-found it finished (no file shared by several processes). --workers=P runs P cells at once,
-each in its own process (`--cell=I`): on a GPU host each pinned to one GPU
-(CUDA_VISIBLE_DEVICES), on CPU each with its share of the cores (its own XLA CPU devices and
-CPU affinity). Exit code: 0 when every cell is finished (done or diverged), 1 when a cell
-failed, 2 for bad flags, 75 when cells are still running elsewhere (--nowait), 128 + signal
-when stopped by SIGTERM / SIGINT (the running cells checkpoint first).
+found it finished (no file shared by several processes), with the config it was for.
+--workers=P runs P cells at once, each in its own process (`--cell=I`): on a GPU host each
+pinned to one GPU (CUDA_VISIBLE_DEVICES), on CPU each with its share of the cores (its own XLA
+CPU devices and CPU affinity). `--list --unfinished` prints the indices still to run (not
+started, unfinished, failed) as an array spec (`sbatch --array=$(...)`).
+
+Exit code (experiments/exit_codes.py), of a run and of --list alike, the first that applies:
+2 bad flags, 1 a cell failed, 75 stopped by SIGTERM / SIGINT (the running cells checkpoint
+first) or (--list) cells unfinished or not started, 6 cells running elsewhere (--nowait;
+--list), 3 a cell diverged, 0 every cell done; 128 + N at a second signal N.
 """
 from experiments import early_stop  # noqa: F401, I001 (first: a signal while loading)
 
 import datetime
+import hashlib
+import json
 import os
 import signal
 import socket
@@ -37,6 +48,7 @@ import subprocess
 import sys
 import time
 
+from experiments import exit_codes
 from experiments.cli import define_config, one_line, parse_flags, use_all_cpu_cores
 
 use_all_cpu_cores()  # before JAX is imported: one XLA CPU device per core
@@ -51,16 +63,26 @@ flags.DEFINE_list("betas", [], "RI coefficients (empty: each algorithm's default
 flags.DEFINE_list("local_epochs", [], "Local epochs (empty: the config's).")
 flags.DEFINE_list("delta_from", [], "global and/or start (empty: the config's).")
 flags.DEFINE_list("seeds", ["0"], "Seeds.")
-flags.DEFINE_bool("list", False, "Print every cell (index, name, state) and exit.")
+flags.DEFINE_bool("list", False, "Print every cell (index, name, state) and exit; the exit "
+                  "code says the grid's state (module doc).")
+flags.DEFINE_bool("unfinished", False, "With --list: print only the indices of the cells still "
+                  "to run (not started, unfinished, failed) as an array spec, e.g. 0,3-5.")
+flags.DEFINE_bool("rerun_diverged", False, "Run the cells that diverged again (by default a "
+                  "diverged cell is reported and skipped).")
 flags.DEFINE_integer("cell", None, "Run only the cell of this index (0-based, see --list).")
 flags.DEFINE_integer("workers", 1, "Cells run at once, each in its own process.")
 flags.DEFINE_bool("wait", True, "After the other cells, wait for cells running elsewhere "
                   "(and take over those whose holder ended unfinished).")
-flags.DEFINE_bool("summary", True, "Print the closing 'N/M cells finished' line (--workers' "
+flags.DEFINE_bool("summary", True, "Print the closing table of the cells (--workers' "
                   "children do not).")
+flags.DEFINE_bool("prefix_lines", False, "Prefix every line of a cell with its name (set for "
+                  "--workers' children, which share a terminal).")
 FLAGS = flags.FLAGS
-ELSEWHERE_EXIT = 75  # EX_TEMPFAIL: cells still running elsewhere (--nowait)
 POLL_SECONDS = 2.0
+# a run's outcome per cell -> the sweep's exit code, the first that applies
+EXIT_ORDER = (("failed", exit_codes.CELL_FAILED), ("stopped", exit_codes.REQUEUE),
+              ("unfinished", exit_codes.REQUEUE), ("not started", exit_codes.REQUEUE),
+              ("elsewhere", exit_codes.ELSEWHERE), ("diverged", exit_codes.DIVERGED))
 
 
 def _parse(values, kind, field):
@@ -72,7 +94,8 @@ def _parse(values, kind, field):
 
 
 def cells(base: dict):
-    """(name, config) for every cell of the grid."""
+    """(name, config) for every cell of the grid, each config resolved (experiment.resolve)."""
+    from fedinit_jax import experiment
     from fedinit_jax.experiment import tasks
 
     natural = tasks.family(base["dataset"]).natural_split
@@ -87,14 +110,23 @@ def cells(base: dict):
                 for e in epochs:
                     for delta in deltas:
                         for seed in seeds:
-                            config = {**base, "algorithm": algorithm, "dirichlet_alpha": alpha,
-                                      "beta": beta, "local_epochs": e, "delta_from": delta,
-                                      "seed": seed}
+                            config = experiment.resolve({
+                                **base, "algorithm": algorithm, "dirichlet_alpha": alpha,
+                                "beta": beta, "local_epochs": e, "delta_from": delta,
+                                "seed": seed})
                             split = natural or f"dir{alpha:g}"  # the data's own, or alpha
-                            name = (f"{algorithm}-{split}-beta"
-                                    f"{'default' if beta is None else format(beta, 'g')}"
-                                    f"-E{e}-{delta}-s{seed}")
-                            yield name, config
+
+                            def name(b):
+                                return f"{algorithm}-{split}-beta{b}-E{e}-{delta}-s{seed}"
+
+                            resolved = name(format(config["beta"], "g")
+                                            if config["beta"] is not None else "default")
+                            legacy = name("default")  # earlier versions' default beta
+                            if (beta is None and FLAGS.results and not os.path.isdir(
+                                    os.path.join(FLAGS.results, resolved))
+                                    and os.path.isdir(os.path.join(FLAGS.results, legacy))):
+                                resolved = legacy
+                            yield resolved, config
 
 
 def _grid():
@@ -118,6 +150,13 @@ def _grid():
         raise ValueError(f"cells share a workdir name: {', '.join(twice)} (values that print "
                          "alike, e.g. --betas=0.1,0.1000001, or --dirichlet_alphas over a "
                          "dataset whose split is its own); give each cell distinct values")
+    seen = {}
+    for name, config in grid:
+        other = seen.setdefault(_fingerprint(config), name)
+        if other != name:
+            raise ValueError(f"cells {other} and {name} are one run (the same resolved "
+                             "config, e.g. an algorithm's default beta also given in --betas)"
+                             "; drop one")
     if FLAGS.cell is not None and not 0 <= FLAGS.cell < len(grid):
         raise ValueError(f"--cell={FLAGS.cell}: the grid has cells 0..{len(grid) - 1} "
                          "(see --list)")
@@ -126,63 +165,103 @@ def _grid():
     return grid
 
 
-def cell_state(workdir: str, config: dict) -> str:
-    """'done', 'running elsewhere (HOLDER)', 'unfinished (k/R rounds)', 'not started' or
-    'error: ...', from the files (and the lock) alone."""
+def _fingerprint(config: dict) -> str:
+    """A short digest of a cell's resolved config: a status file speaks for it only."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _status_path(results, name):
+    return os.path.join(results, "sweep_status", f"{name}.json")
+
+
+def _recorded(results, name, config):
+    """The status file of the cell, when it was written for this config (else {})."""
+    try:
+        with open(_status_path(results, name)) as f:
+            recorded = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return recorded if recorded.get("config") == _fingerprint(config) else {}
+
+
+def cell_state(results: str, name: str, config: dict) -> tuple[str, str]:
+    """(state, detail) of a cell from its files, its lock and its status file: state one of
+    'done', 'diverged', 'failed', 'unfinished', 'not started', 'running elsewhere'."""
     from fedinit_jax.experiment import simulation
     from fedinit_jax.experiment import workdir as workdir_lib
 
+    workdir = os.path.join(results, name)
     holder = workdir_lib.holder(workdir)
     if holder:
-        return f"running elsewhere ({holder})"
+        return "running elsewhere", holder
     try:
         done = simulation.finished_rounds(workdir, config)
     except (ValueError, OSError) as err:
-        return f"error: {one_line(err)}"
+        return "failed", one_line(err)
     if done >= config["rounds"]:
-        return "done"
-    return f"unfinished ({done}/{config['rounds']} rounds)" if done else "not started"
+        return "done", ""
+    recorded = _recorded(results, name, config)
+    if recorded.get("state") in ("diverged", "failed"):
+        return recorded["state"], recorded.get("detail", "")
+    if done:
+        return "unfinished", f"{done}/{config['rounds']} rounds"
+    return "not started", ""
 
 
-def _record(results, name, state, **extra):
+def _describe_state(state, detail):
+    return f"{state} ({detail})" if detail else state
+
+
+def _record(results, name, config, state, detail=""):
     from fedinit_jax.experiment import workdir as workdir_lib
 
-    folder = os.path.join(results, "sweep_status")
-    os.makedirs(folder, exist_ok=True)
-    workdir_lib.write_json(os.path.join(folder, f"{name}.json"), {
-        "state": state, "by": f"process {os.getpid()} on {socket.gethostname()}",
-        "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        **extra})
+    os.makedirs(os.path.join(results, "sweep_status"), exist_ok=True)
+    workdir_lib.write_json(_status_path(results, name), {
+        "state": state, "detail": detail, "config": _fingerprint(config),
+        "by": f"process {os.getpid()} on {socket.gethostname()}",
+        "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
+
+
+def _cell_log(name):
+    """Where a cell's lines go: stdout, prefixed by its name when cells share a terminal."""
+    prefix = f"{name}: " if FLAGS.prefix_lines else ""
+    return lambda line: print(f"{prefix}{line}", flush=True)
 
 
 def _run_cell(results, index, total, name, config) -> str:
-    """Run (or skip) one cell in this process: 'done', 'diverged', 'error' or 'elsewhere'.
+    """Run (or skip) one cell in this process: 'done', 'diverged', 'failed' or 'elsewhere'.
     simulation.Stopped propagates (the caller exits)."""
     from fedinit_jax.experiment import simulation
 
     workdir = os.path.join(results, name)
     try:
         if simulation.finished_rounds(workdir, config) >= config["rounds"]:
-            _record(results, name, "done")
+            _record(results, name, config, "done")
             return "done"
+        earlier = _recorded(results, name, config)
+        if earlier.get("state") == "diverged" and not FLAGS.rerun_diverged:
+            print(f"[{index + 1}/{total}] {name}: diverged earlier, skipped (--rerun_diverged "
+                  "runs it again)", flush=True)
+            return "diverged"
         print(f"[{index + 1}/{total}] {name}", flush=True)
-        simulation.run(config, workdir, progress=False, log=lambda line: None)
-        _record(results, name, "done")
+        simulation.run(config, workdir, progress=False, log=_cell_log(name))
+        _record(results, name, config, "done")
         return "done"
     except simulation.WorkdirBusy as err:
         print(f"  running elsewhere: {name}: {one_line(err)}", flush=True)
         return "elsewhere"
     except simulation.NonFiniteError as err:
-        _record(results, name, f"diverged: {err}")
+        _record(results, name, config, "diverged", str(err))
         print(f"  diverged: {name}: {err}", flush=True)
         return "diverged"
     except simulation.Stopped as err:
-        _record(results, name, f"stopped after round {err.rounds_done}; rerun to resume")
+        _record(results, name, config, "unfinished",
+                f"stopped after round {err.rounds_done}; rerun to resume")
         raise
     except (ValueError, OSError, simulation.WriteError) as err:
-        _record(results, name, f"error: {one_line(err)}")
+        _record(results, name, config, "failed", one_line(err))
         print(f"  error: {name}: {one_line(err)}", file=sys.stderr, flush=True)
-        return "error"
+        return "failed"
 
 
 def _in_process(results, grid, chosen, stop) -> dict:
@@ -204,8 +283,9 @@ def _in_process(results, grid, chosen, stop) -> dict:
 
 def _stop_if(stop, where):
     if stop:
-        print(f"stopped by {signal.Signals(stop[0]).name} {where}", file=sys.stderr)
-        sys.exit(128 + stop[0])
+        print(f"stopped by {signal.Signals(stop[0]).name} {where}; rerun the same command "
+              "to continue", file=sys.stderr)
+        sys.exit(exit_codes.REQUEUE)
 
 
 def _gpu_count() -> int:
@@ -251,13 +331,15 @@ def _child_argv(index):
             skip = "=" not in arg and name in ("workers", "cell")
             continue
         argv.append(arg)
-    return [sys.executable, "-m", "experiments.sweep", *argv, f"--cell={index}", "--nosummary"]
+    return [sys.executable, "-m", "experiments.sweep", *argv, f"--cell={index}", "--nosummary",
+            "--prefix_lines"]
 
 
 def _with_workers(grid, chosen, stop) -> dict:
     """Run the chosen cells in FLAGS.workers processes at once (each `--cell=I`)."""
     pending, running, outcome = list(chosen), {}, {}
-    codes = {0: "done", 1: "error", ELSEWHERE_EXIT: "elsewhere"}
+    codes = {exit_codes.DONE: "done", exit_codes.DIVERGED: "diverged",
+             exit_codes.ELSEWHERE: "elsewhere", exit_codes.REQUEUE: "stopped"}
     gpus = _gpu_count()  # once: nvidia-smi is a process of its own
     forwarded = False
     try:
@@ -277,7 +359,7 @@ def _with_workers(grid, chosen, stop) -> dict:
                 running[i] = (slot, proc)
             for i, (_, proc) in list(running.items()):
                 if proc.poll() is not None:
-                    outcome[i] = codes.get(proc.returncode, "error")
+                    outcome[i] = codes.get(proc.returncode, "failed")
                     if proc.returncode > 128:
                         outcome[i] = "stopped"
                     del running[i]
@@ -307,10 +389,20 @@ def main(argv):
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    if FLAGS.unfinished and not FLAGS.list:
+        print("error: --unfinished goes with --list", file=sys.stderr)
+        sys.exit(exit_codes.BAD_INPUT)
     if FLAGS.list:
-        for i, (name, config) in enumerate(grid):
-            print(f"{i}\t{name}\t{cell_state(os.path.join(FLAGS.results, name), config)}")
-        return
+        states = [cell_state(FLAGS.results, name, config) for name, config in grid]
+        if FLAGS.unfinished:
+            todo = [i for i, (state, _) in enumerate(states)
+                    if state in ("not started", "unfinished", "failed")]
+            if todo:
+                print(array_spec(todo))
+        else:
+            for i, ((name, _), state) in enumerate(zip(grid, states)):
+                print(f"{i}\t{name}\t{_describe_state(*state)}")
+        sys.exit(_exit_code(state for state, _ in states))
     os.makedirs(FLAGS.results, exist_ok=True)
     stop = []  # a signal between cells (inside a cell, simulation.run handles it)
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -323,15 +415,59 @@ def main(argv):
             outcome = _in_process(FLAGS.results, grid, chosen, stop)
     except simulation.Stopped as err:  # a signal inside a cell: it checkpointed
         print(f"stopped: {err}", file=sys.stderr)
-        sys.exit(128 + err.signum)
-    finished = sum(v in ("done", "diverged") for v in outcome.values())
-    elsewhere = sum(v == "elsewhere" for v in outcome.values())
+        sys.exit(exit_codes.REQUEUE)
     if FLAGS.summary:
-        print(f"{finished}/{len(chosen)} cells finished in {FLAGS.results}"
-              + (f", {elsewhere} running elsewhere" if elsewhere else ""))
-    if any(v in ("error", "stopped") for v in outcome.values()):
-        sys.exit(1)
-    sys.exit(ELSEWHERE_EXIT if elsewhere else 0)
+        print_table(FLAGS.results, grid, chosen)
+    sys.exit(_exit_code(outcome.values()))
+
+
+def _exit_code(states) -> int:
+    """The sweep's exit code for its cells' states or outcomes: the first of EXIT_ORDER
+    that any of them is, else 0 (every cell done)."""
+    states = set(states)
+    return next((code for state, code in EXIT_ORDER
+                 if state in states or (state == "elsewhere" and "running elsewhere" in states)),
+                exit_codes.DONE)
+
+
+def array_spec(indices) -> str:
+    """Sorted indices as a job array spec: [0, 1, 2, 5, 7, 8] -> '0-2,5,7-8'."""
+    parts, run = [], []
+    for i in sorted(indices):
+        if run and i != run[-1] + 1:
+            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+            run = []
+        run.append(i)
+    if run:
+        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(parts)
+
+
+def print_table(results, grid, chosen) -> None:
+    """The sweep's last lines: each chosen cell's state, final test accuracy, rounds and
+    training time (from its files), and the count of finished cells."""
+    from fedinit_jax.experiment import workdir as workdir_lib
+
+    lines = [("cell", "state", "test_accuracy", "rounds", "time", "name")]
+    finished = 0
+    for i in chosen:
+        name, config = grid[i]
+        state, _ = cell_state(results, name, config)
+        finished += state == "done"
+        try:
+            rows = workdir_lib.read_metrics(os.path.join(results, name))
+        except (ValueError, OSError):
+            rows = []
+        evaluated = [r for r in rows if "test_accuracy" in r]
+        seconds = sum(r.get("train_seconds", 0) + r.get("eval_seconds", 0) for r in rows)
+        lines.append((str(i), state,
+                      f"{evaluated[-1]['test_accuracy']:.4f}" if evaluated else "-",
+                      f"{rows[-1]['round'] if rows else 0}/{config['rounds']}",
+                      f"{seconds:.1f}s", name))
+    widths = [max(len(row[k]) for row in lines) for k in range(5)]
+    for row in lines:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths)) + "  " + row[5])
+    print(f"{finished}/{len(chosen)} cells done in {results}")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@
 
 Bad flags or config values print one line naming the field and exit with code 2; a divergence
 exits with 3, a failed write with 4, a missing or dead peer process of a multi-process run
-with 5 (experiments/supervise.py), a signal with 128 + its number (after a checkpoint).
+with 5 (experiments/supervise.py), SIGTERM / SIGINT with 75 after a checkpoint (rerun to
+continue): experiments/exit_codes.py lists them all. Every line also goes to
+<workdir>/train.log; the last one is the run's summary.
 """
 from experiments import early_stop  # noqa: F401, I001 (first: a signal while loading)
 
@@ -18,7 +20,7 @@ use_all_cpu_cores()  # before JAX is imported: one XLA CPU device per core
 
 from absl import app, flags, logging  # noqa: E402
 
-from experiments import supervise  # noqa: E402
+from experiments import exit_codes, supervise  # noqa: E402
 from experiments.cli import define_config, one_line, parse_flags  # noqa: E402
 
 define_config("experiments/configs/default.py", "Experiment config file (ml_collections).")
@@ -75,28 +77,24 @@ def main(argv):
     try:
         if multi_process:
             distributed_lib.initialize(*by_hand, timeout=FLAGS.distributed_timeout)
-        rows = simulation.run(config, FLAGS.workdir)
+        simulation.run(config, FLAGS.workdir)  # its last line is the run's summary
     except (ValueError, OSError) as err:  # bad config or workdir, missing or damaged data
         print(f"error: {one_line(err)}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(exit_codes.BAD_INPUT)
     except simulation.NonFiniteError as err:
         print(f"error: diverged: {err}", file=sys.stderr)
-        sys.exit(3)
+        sys.exit(exit_codes.DIVERGED)
     except simulation.WriteError as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         sys.stdout.flush()
-        os._exit(4)  # now: a checkpoint writer thread may still be failing in the background
+        os._exit(exit_codes.WRITE_FAILED)  # now: a checkpoint writer may still be failing
     except distributed_lib.PeerLost as err:
         print(f"error: distributed: {err}", file=sys.stderr, flush=True)
         sys.stdout.flush()
-        os._exit(supervise.PEER_EXIT)  # now: collectives with the lost peer may never return
+        os._exit(exit_codes.PEER_LOST)  # now: collectives with the lost peer may never return
     except simulation.Stopped as err:
         print(str(err), file=sys.stderr)
-        sys.exit(128 + err.signum)
-    final = [r for r in rows if "test_accuracy" in r]
-    if final:
-        print(f"final test_accuracy {final[-1]['test_accuracy']:.4f} after round "
-              f"{final[-1]['round']} (workdir {FLAGS.workdir})")
+        sys.exit(exit_codes.REQUEUE)
 
 
 if __name__ == "__main__":

@@ -45,9 +45,10 @@ def test_bernoulli_bound_of_ten_million_clients_is_computed():
     assert 5_000_000 + 4 * 1581 < n < 5_000_000 + 6 * 1581
 
 
-def _sigterm_a_stuck_run(workdir, stuck_round, grace):
+def _sigterm_a_stuck_run(workdir, stuck_round, grace, signals=1):
     """A run whose round loop never reaches a boundary (a fault that sleeps at the start of
-    round `stuck_round`), sent SIGTERM: (exit code, seconds to exit, stderr)."""
+    round `stuck_round`), sent SIGTERM `signals` times: (exit code, seconds to exit,
+    stderr)."""
     script = (
         "import time, sys; sys.path.insert(0, 'tests')\n"
         "from conftest import quiet_config, QUIET\n"
@@ -61,26 +62,29 @@ def _sigterm_a_stuck_run(workdir, stuck_round, grace):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout.readline().strip() == "stuck"
     t0 = time.time()
-    proc.send_signal(signal.SIGTERM)
+    for _ in range(signals):
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
     _, stderr = proc.communicate(timeout=60)
     return proc.returncode, time.time() - t0, stderr
 
 
 def test_sigterm_ends_a_stuck_run_within_the_grace_period(tmp_path):
-    """A round loop that never reaches a boundary still ends on SIGTERM: one line, exit
-    128 + 15, within FEDINIT_STOP_GRACE_SECONDS, naming the checkpoint it keeps."""
+    """A round loop that never reaches a boundary still ends on SIGTERM: one line, exit 75
+    (rerun to continue), within FEDINIT_STOP_GRACE_SECONDS, naming the checkpoint it keeps."""
     code, seconds, stderr = _sigterm_a_stuck_run(tmp_path / "run", 2, grace=2)
-    assert code == 128 + signal.SIGTERM and seconds < 15
+    assert code == 75 and seconds < 15
     assert "stopped by SIGTERM (no round boundary within 2 s)" in stderr, stderr
     assert "the checkpoint after round 1 is kept" in stderr, stderr
     assert (tmp_path / "run" / "checkpoints" / "1").is_dir()  # round 1's is kept
 
 
 def test_a_stop_before_any_checkpoint_does_not_claim_one(tmp_path):
-    """Stuck in round 1, nothing saved yet: the forced exit says so (it said the last
-    checkpoint was kept when there was none)."""
-    code, _, stderr = _sigterm_a_stuck_run(tmp_path / "run", 1, grace=1)
-    assert code == 128 + signal.SIGTERM, stderr
+    """Stuck in round 1, nothing saved yet, a second SIGTERM: exit 128 + 15 at once, saying
+    no checkpoint was taken (it said the last checkpoint was kept when there was none)."""
+    code, seconds, stderr = _sigterm_a_stuck_run(tmp_path / "run", 1, grace=60, signals=2)
+    assert code == 128 + signal.SIGTERM and seconds < 15, stderr
+    assert "(a second signal)" in stderr, stderr
     assert "no checkpoint was taken yet, rerunning the same command starts over" in stderr
 
 

@@ -86,7 +86,7 @@ def test_sigterm_checkpoints_at_round_boundary_and_exits(tmp_path, reference):
     _, stderr = proc.communicate(timeout=240)
     done = len(rows(tmp_path))
     if done < 6:  # the signal arrived before the last round
-        assert proc.returncode == 128 + signal.SIGTERM, stderr
+        assert proc.returncode == 75, stderr  # rerun to continue: a scheduler requeues
         assert f"stopped by SIGTERM after round {done}" in stderr
         assert str(done) in os.listdir(tmp_path / "checkpoints")
     assert train(tmp_path, *SLOW).returncode == 0

@@ -33,11 +33,12 @@ def status(results):
 def test_cells_listed_run_one_by_one_refused_when_changed(tmp_path):
     first = sweep(tmp_path, *TINY, "--cell=1")  # a job array's task: one cell
     assert first.returncode == 0, first.stderr
+    assert "summary: done; round 2/2" in first.stdout  # the cell's own lines pass through
     listed = sweep(tmp_path, *TINY, "--list")
-    assert listed.returncode == 0, listed.stderr
-    assert listed.stdout.splitlines() == [
-        "0\tfedavg-dir0.1-betadefault-E1-global-s0\tnot started",
-        "1\tfedinit-dir0.1-betadefault-E1-global-s0\tdone"]
+    assert listed.returncode == 75, listed.stderr  # a cell still to run: resubmit
+    assert listed.stdout.splitlines() == [  # the resolved beta of each algorithm
+        "0\tfedavg-dir0.1-beta0-E1-global-s0\tnot started",
+        "1\tfedinit-dir0.1-beta0.1-E1-global-s0\tdone"]
     first = sweep(tmp_path, *TINY)
     assert first.returncode == 0, first.stderr
     assert set(status(tmp_path).values()) == {"done"} and len(status(tmp_path)) == 2
@@ -49,13 +50,54 @@ def test_cells_listed_run_one_by_one_refused_when_changed(tmp_path):
     errors = changed.stderr.strip().splitlines()
     assert len(errors) == 2 and all("holds a run of a different config (local_lr: 0.1 -> "
                                     "0.05;" in line for line in errors), changed.stderr
-    assert all(v.startswith("error:") for v in status(tmp_path).values())
-    assert "0/2 cells finished" in changed.stdout
+    assert set(status(tmp_path).values()) == {"failed"}
+    assert "0/2 cells done" in changed.stdout
     # a finished cell whose metrics.jsonl is gone is not "done": the binary refuses it too
-    os.remove(tmp_path / "fedavg-dir0.1-betadefault-E1-global-s0" / "metrics.jsonl")
+    os.remove(tmp_path / "fedavg-dir0.1-beta0-E1-global-s0" / "metrics.jsonl")
     again = sweep(tmp_path, *TINY)
     assert again.returncode == 1 and "rounds 1..2 are missing" in again.stderr, again.stderr
-    assert "1/2 cells finished" in again.stdout
+    assert "1/2 cells done" in again.stdout
+
+
+def test_a_job_array_loop_preempted_and_resubmitted(tmp_path):
+    """A shell loop standing in for a job array: one task preempted (SIGTERM: exit 75, its
+    cell unfinished), one cell diverged (exit 3, not rerun); --list names the states and
+    exits 75 while cells are still to run, --list --unfinished gives the array spec to
+    resubmit; after the resubmitted tasks only the diverged cell is not done (exit 3)."""
+    grid = ["--config.rounds=40", "--config.num_clients=8", "--config.participation=0.5",
+            "--config.local_epochs=5", "--config.eval_every=5", "--algorithms=fedinit",
+            "--betas=0.1,0.2,1e9"]
+    names = [f"fedinit-dir0.1-beta{b}-E5-global-s0" for b in ("0.1", "0.2", "1e+09")]
+    task = sweep(tmp_path, *grid, "--cell=0", wait=False)
+    metrics = tmp_path / names[0] / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not metrics.exists():
+        time.sleep(0.05)
+    task.send_signal(signal.SIGTERM)  # preemption
+    _, stderr = task.communicate(timeout=120)
+    assert task.returncode == 75, stderr
+    assert status(tmp_path)[names[0]] == "unfinished"
+    diverged = sweep(tmp_path, *grid, "--cell=2")
+    assert diverged.returncode == 3, diverged.stderr
+    listed = sweep(tmp_path, *grid, "--list")
+    assert listed.returncode == 75, listed.stderr
+    states = [line.split("\t")[2] for line in listed.stdout.splitlines()]
+    assert states[0].startswith("unfinished (") and "/40 rounds)" in states[0], states
+    assert states[1] == "not started" and states[2].startswith("diverged (round "), states
+    todo = sweep(tmp_path, *grid, "--list", "--unfinished")
+    assert todo.returncode == 75 and todo.stdout.strip() == "0-1", todo.stdout
+    for index in (0, 1):  # the resubmitted array: --array=0-1
+        assert sweep(tmp_path, *grid, f"--cell={index}").returncode == 0
+    rerun = sweep(tmp_path, *grid)  # the diverged cell is skipped, not run again
+    assert rerun.returncode == 3, rerun.stderr
+    assert "diverged earlier, skipped" in rerun.stdout
+    table = rerun.stdout.splitlines()[-5:]
+    assert table[0].split() == ["cell", "state", "test_accuracy", "rounds", "time", "name"]
+    assert [line.split()[1] for line in table[1:4]] == ["done", "done", "diverged"]
+    assert [line.split()[3] for line in table[1:3]] == ["40/40", "40/40"]
+    assert table[4] == f"2/3 cells done in {tmp_path}"
+    log = (tmp_path / names[0] / "train.log").read_text()
+    assert "resumed from the checkpoint after round" in log and log.count("summary:") == 2
 
 
 def test_workers_and_a_second_sweep_share_a_results_folder(tmp_path):
@@ -69,19 +111,6 @@ def test_workers_and_a_second_sweep_share_a_results_folder(tmp_path):
     for cell in status(tmp_path):
         rows = [json.loads(line) for line in open(tmp_path / cell / "metrics.jsonl")]
         assert [r["round"] for r in rows] == [1, 2, 3]  # each round once: never run twice
-
-
-def test_sigterm_stops_the_sweep_with_a_status(tmp_path):
-    proc = sweep(tmp_path, *TINY, "--config.rounds=400", "--config.local_epochs=5",
-                 "--config.checkpoint_every=0", wait=False)
-    deadline = time.time() + 120
-    cell = tmp_path / "fedavg-dir0.1-betadefault-E5-global-s0" / "metrics.jsonl"
-    while time.time() < deadline and not cell.exists():
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGTERM, stderr
-    assert "stopped" in status(tmp_path)["fedavg-dir0.1-betadefault-E5-global-s0"]
 
 
 def test_cells_that_would_share_a_workdir_or_be_one_run_are_refused(tmp_path):
@@ -100,16 +129,19 @@ def test_sigterm_reaches_the_cells_of_every_worker(tmp_path):
     with a checkpoint (not after their last round)."""
     proc = sweep(tmp_path, *TINY, "--config.rounds=400", "--config.local_epochs=5",
                  "--config.checkpoint_every=0", "--workers=2", wait=False)
-    cells = [tmp_path / f"{a}-dir0.1-betadefault-E5-global-s0" for a in ("fedavg", "fedinit")]
+    cells = [tmp_path / f"{a}-dir0.1-beta{b}-E5-global-s0" for a, b in (("fedavg", 0),
+                                                                         ("fedinit", 0.1))]
     deadline = time.time() + 120
     while time.time() < deadline and not all((c / "metrics.jsonl").exists() for c in cells):
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     start = time.time()
-    _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 75, stderr  # stopped, rerun to continue
     assert time.time() - start < 30
     for cell in cells:
-        assert "stopped" in status(tmp_path)[cell.name]
+        assert status(tmp_path)[cell.name] == "unfinished"
+        # the workers share the terminal: each cell's lines carry its name
+        assert f"{cell.name}: round    1  " in stdout, stdout
         done = len(open(cell / "metrics.jsonl").readlines())
         assert done < 400 and os.listdir(cell / "checkpoints") == [str(done)]

@@ -46,8 +46,10 @@ def get_config():
     # local training
     c.local_lr = 0.1
     c.lr_decay = config_dict.placeholder(float)  # None: 0.998 (FedDyn 0.9995) per round
-    c.weight_decay = 1e-3
-    c.clip_norm = 10.0
+    c.weight_decay = config_dict.placeholder(float)
+    c.weight_decay = 1e-3           # None (--config.weight_decay=None) or 0: no weight decay
+    c.clip_norm = config_dict.placeholder(float)
+    c.clip_norm = 10.0              # None (--config.clip_norm=None) or 0: no gradient clipping
     c.local_epochs = 2
     c.local_steps = 0               # 0: local_epochs over each client's data (clients of
                                     # unequal size: masked steps); K > 0: K steps drawn from it

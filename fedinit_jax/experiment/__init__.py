@@ -13,6 +13,7 @@ ValueError("config.<field>=...: what is allowed") before anything is loaded or c
 mapping with the keys of experiments/configs/default.py (an ml_collections ConfigDict there).
 """
 import math
+import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -39,8 +40,27 @@ CLIENT_STORES = ("auto", "device", "host", "disk")
 
 def saved_config(path: str) -> dict:
     """A run's config.json, every field added since it was saved at its "as before" value
-    (ADDED_FIELDS): what resuming it means, and what a report compares."""
-    return {**ADDED_FIELDS, **workdir.read_json(path)}
+    (ADDED_FIELDS), resolved: what resuming it means, and what a report compares."""
+    return resolve({**ADDED_FIELDS, **workdir.read_json(path)})
+
+
+def resolve(config) -> dict:
+    """The config with the values that decide the numbers made explicit, as config.json
+    records them: each hyperparameter the algorithm takes that is None at its builder's
+    default (beta 0.1 for FedInit, 0 for the others), lr_decay None at the algorithm's
+    paper decay. Hyperparameters the algorithm does not take stay None (not applicable).
+    A config already resolved, or of an unknown algorithm (refused later), is returned as
+    it is."""
+    config = dict(config)
+    entry = algorithms.REGISTRY.get(config.get("algorithm"))
+    if entry is None:
+        return config
+    for name, default in entry.defaults.items():
+        if config.get(name) is None:
+            config[name] = float(default)
+    if config.get("lr_decay") is None and "lr_decay" in config:
+        config["lr_decay"] = entry.local_lr_decay
+    return config
 
 
 AGGREGATIONS = ("uniform", "size")  # the server's mean over S: 1 / |S|, or n_i / sum_S n_j
@@ -108,8 +128,10 @@ def validate(config) -> None:
     _number(config, "lr_decay", 0.0, 1.0, low_open=True, optional=True)
     _number(config, "dirichlet_alpha", 0.0, low_open=True)
     _number(config, "classes_per_client", 1, integer=True)
-    for field in ("client_noise", "category_noise", "weight_decay", "clip_norm"):
+    for field in ("client_noise", "category_noise"):
         _number(config, field, 0.0)
+    for field in ("weight_decay", "clip_norm"):  # None or 0: off
+        _number(config, field, 0.0, optional=True)
     _number(config, "model_width", 0.0, low_open=True)
     if config["model_width"] != 1.0 and config["model"] not in models.WIDTH_MODELS:
         _fail("model_width", config["model_width"],
@@ -208,9 +230,11 @@ def num_devices(config) -> int:
     return max(d for d in range(1, available + 1) if n % d == 0)
 
 
-def build(config, client_store=None) -> Experiment:
+def build(config, client_store=None, log=None) -> Experiment:
     """Load and split the data, build the model, the loss and the algorithm; client_store
-    (the one a resumed run recorded) replaces config.client_store="auto"."""
+    (the one a resumed run recorded) replaces config.client_store="auto". log(line), if
+    given, hears of each slow step (the data, the round's compilation) with its time."""
+    log = log or (lambda line: None)
     validate(config)
     store = client_store if config["client_store"] == "auto" and client_store else (
         config["client_store"])
@@ -218,7 +242,10 @@ def build(config, client_store=None) -> Experiment:
         _fail("client_store", store, "host memory is one process's, and a client's row must "
               "be readable by whichever process is dealt it: a multi-process run keeps its "
               "clients on the device or on disk in the shared workdir (device, disk or auto)")
+    began = time.perf_counter()
     task = tasks.family(config["dataset"]).build(config)
+    log(f"data ready: {config['dataset']} over {config['num_clients']:,} clients "
+        f"({time.perf_counter() - began:.1f} s to load, decode and split)")
     if not isinstance(task, tasks.Task):
         raise ValueError(f"config.dataset={config['dataset']!r}: its task family's build "
                          f"returned {type(task).__name__}, not a tasks.Task")
@@ -230,7 +257,9 @@ def build(config, client_store=None) -> Experiment:
     if store in ("device", "auto"):
         try:  # the whole [C, ...] tables on the device, and the round compiled around them
             _check_memory(config, task.model, task.input_shape, algo)
+            began = time.perf_counter()
             check_compiled_round(config, algo, init_params, task)
+            log(f"round compiled ({time.perf_counter() - began:.1f} s)")
             reason = "the tables and the compiled round fit" if store == "auto" else reason
             store = "device"
         except ValueError as err:

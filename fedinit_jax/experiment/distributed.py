@@ -43,9 +43,18 @@ def initialize(coordinator_address=None, num_processes=None, process_id=None,
             raise ValueError(f"process_id={process_id!r} must be an int in [0, {num_processes})")
     if not isinstance(timeout, int) or timeout < 1:
         raise ValueError(f"timeout={timeout!r} must be an int >= 1 (seconds)")
-    jax.distributed.initialize(coordinator_address, num_processes, process_id,
-                               initialization_timeout=timeout,
-                               heartbeat_timeout_seconds=timeout)
+    try:
+        jax.distributed.initialize(coordinator_address, num_processes, process_id,
+                                   initialization_timeout=timeout,
+                                   heartbeat_timeout_seconds=timeout)
+    except ValueError as err:
+        if any(given) or "coordinator_address" not in str(err):
+            raise
+        raise ValueError("--distributed found no scheduler's environment here (SLURM, Open "
+                         "MPI, a TPU pod slice or Kubernetes' variables): for a run by hand "
+                         "start every process with --coordinator_address=HOST:PORT (process "
+                         "0's) --num_processes=N --process_id=I instead of --distributed, "
+                         "or drop --distributed for one process") from None
 
 
 PEER_FAILURES = ("Gloo", "Connection reset by peer", "Connection refused", "NCCL",

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedinit_jax import algorithms, client_store, data, experiment
+from fedinit_jax import algorithms, client_store, data, execution, experiment
 from fedinit_jax.experiment import checkpoint as checkpoint_lib
 from fedinit_jax.experiment import distributed
 from fedinit_jax.experiment import workdir as workdir_lib
@@ -41,6 +41,7 @@ from fedinit_jax.federated_round import (
     divergence_all,
 )
 
+REQUEUE_EXIT = 75  # stopped, rerun to continue (experiments/exit_codes.py: REQUEUE)
 RESUMABLE_CHANGES = ("rounds",)  # fields that may differ when a run is resumed (extended)
 EVALUATION_ONLY = ("eval_seconds", "divergence_all")  # besides test_*: evaluation rounds
 
@@ -88,9 +89,9 @@ class _StopRequest:
     boundary with a checkpoint; restores the old handlers.
 
     A stop never waits long: when the run has not stopped stop_grace_seconds() after the signal
-    (a long round, a stuck host loop), or at a second signal, the process exits at once with
-    128 + signal, one line on stderr, keeping the last checkpoint (a batch scheduler's grace
-    period before SIGKILL is typically 30 s)."""
+    (a long round, a stuck host loop) the process exits at once with REQUEUE_EXIT, and at a
+    second signal with 128 + signal, one line on stderr, keeping the last checkpoint (a
+    batch scheduler's grace period before SIGKILL is typically 30 s)."""
 
     def __init__(self):
         self.grace = stop_grace_seconds()
@@ -107,21 +108,22 @@ class _StopRequest:
 
     def _handle(self, signum, _frame):
         if self.signum is not None:  # a second signal: now
-            self._force(signum, "a second signal")
+            self._force(signum, "a second signal", 128 + signum)
         self.signum = signum
         self._timer = threading.Timer(self.grace, self._force,
-                                      (signum, f"no round boundary within {self.grace:g} s"))
+                                      (signum, f"no round boundary within {self.grace:g} s",
+                                       REQUEUE_EXIT))
         self._timer.daemon = True
         self._timer.start()
 
-    def _force(self, signum, why):
+    def _force(self, signum, why, code):
         kept = (f"the checkpoint after round {self.last_checkpoint} is kept, rerun the same "
                 "command to resume" if self.last_checkpoint else
                 "no checkpoint was taken yet, rerunning the same command starts over")
         sys.stderr.write(f"stopped by {signal.Signals(signum).name} ({why}): exiting without a "
                          f"new checkpoint; {kept}\n")
         sys.stderr.flush()
-        os._exit(128 + signum)
+        os._exit(code)
 
     def __exit__(self, *exc):
         if self._timer is not None:
@@ -222,6 +224,11 @@ def _progress(total, initial, enabled):
 def run(config: dict, workdir: str, *, log=print, progress=None, fault=None) -> list[dict]:
     """Train (or resume) the configured experiment; returns all metrics rows.
 
+    Every line goes to `log` and to <workdir>/train.log (workdir.TrainLog): first one naming
+    the processes, devices, execution and client store, then one per slow step (loading,
+    compiling) with its time, the rounds, and a last "summary:" line (how the run ended,
+    its rounds, final metrics and time) whatever ends it.
+
     In a multi-process run (distributed.py) every process calls this with the same config and
     workdir; process 0 holds the workdir's lock, writes the files and logs, all take part in
     the checkpoints. fault(point, round), if given, is called at the points where the
@@ -230,29 +237,99 @@ def run(config: dict, workdir: str, *, log=print, progress=None, fault=None) -> 
     an exception it raises ends the run there.
     """
     fault = fault or _no_fault
+    started = time.perf_counter()
+    config = experiment.resolve(config)  # config.json records what the run used
     with _StopRequest() as stop:  # from the start: a signal while loading or compiling
         distributed.agree(config, workdir)  # every process: the same run, before any work
-        recorded = _recorded_store(workdir)  # auto resumes where the run kept its clients
-        exp = experiment.build(config, recorded)  # stops the run at the first round boundary
+        experiment.validate(config)
         primary = distributed.is_primary()
-        lock = None
-        if primary:
+        early = workdir_lib.EarlyLog(log if primary else _silent)  # train.log's first lines
+        recorded = _recorded_store(workdir)  # auto resumes where the run kept its clients
+        early(_start_line(config, workdir, recorded))
+        exp = experiment.build(config, recorded, log=early)  # loads, compiles: timed lines
+        lock = train_log = None
+        log = _silent
+        if primary:  # a bad config or data is refused above, before anything is written
             _make_workdir(workdir)
-            lock = workdir_lib.Lock(workdir, log)  # before anything is read for resuming
+            lock = workdir_lib.Lock(workdir, early)  # before anything is read for resuming
+            train_log = log = workdir_lib.TrainLog(workdir, early)
+        done = {"rows": [], "start": 0}  # what the summary line reports
+        ending = "error"
         try:
             distributed.check_shared_workdir(workdir)
-            return _run_locked(exp, config, workdir, primary, log, progress, fault, stop)
+            rows = _run_locked(exp, config, workdir, primary, log, progress, fault, stop, done)
+            ending = "done"
+            return rows
+        except BaseException as err:
+            ending = _ending(err)
+            raise
         finally:
+            if train_log is not None:
+                _log_summary(log, ending, done, config, time.perf_counter() - started)
+                train_log.close()
             if lock is not None:
                 lock.release()
 
 
-def _run_locked(exp, config, workdir, primary, log, progress, fault, stop):
+def _start_line(config, workdir, recorded) -> str:
+    """The run's first line: processes, devices, execution, client store, workdir."""
+    devices = experiment.num_devices(config)
+    backend = jax.default_backend()
+    store = config["client_store"]
+    if store == "auto":
+        store = (f"{recorded} (as the run so far)" if recorded else
+                 "auto (device if the tables and the compiled round fit: decided after "
+                 "compiling)")
+    return (f"fedinit_jax: {jax.process_count()} process(es), {len(jax.devices())} {backend} "
+            f"device(s), the round on {devices}; execution "
+            f"{execution.resolve(config['execution'])}; client store {store}; "
+            f"{config['algorithm']} on {config['dataset']}, {config['rounds']} rounds; "
+            f"workdir {os.path.abspath(workdir)}")
+
+
+def _ending(err: BaseException) -> str:
+    """How a run that raised `err` ended, in a few words (the summary line's)."""
+    if isinstance(err, Stopped):
+        return (f"stopped by {signal.Signals(err.signum).name} after round {err.rounds_done}, "
+                "checkpoint saved (rerun the same command to continue)")
+    if isinstance(err, NonFiniteError):
+        return "diverged"
+    if isinstance(err, WriteError):
+        return "a write failed"
+    if isinstance(err, distributed.PeerLost):
+        return "a peer process was lost"
+    if isinstance(err, (KeyboardInterrupt, SystemExit)):
+        return type(err).__name__
+    text = " ".join(str(err).split())
+    return f"error: {text[:300]}"
+
+
+def _log_summary(log, ending, done, config, seconds) -> None:
+    try:
+        log(summary_line(ending, done["rows"], done["start"], config["rounds"], seconds))
+    except WriteError:
+        pass  # the failure that ended the run is reported by the caller
+
+
+def summary_line(ending, rows, start, rounds, seconds) -> str:
+    """A run's last line: how it ended, its rounds (those of this run), the final test
+    accuracy and train loss, and the seconds this run took."""
+    last = rows[-1]["round"] if rows else 0
+    ran = f" (rounds {start + 1}-{last} in this run)" if last > start else ""
+    parts = [f"summary: {ending}; round {last}/{rounds}{ran}"]
+    evaluated = [r for r in rows if "test_accuracy" in r]
+    if evaluated:
+        parts.append(f"test_accuracy {evaluated[-1]['test_accuracy']:.4f} at round "
+                     f"{evaluated[-1]['round']}")
+    if rows:
+        parts.append(f"train_loss {rows[-1]['train_loss']:.4f}")
+    return "; ".join(parts + [f"{seconds:.1f} s"])
+
+
+def _run_locked(exp, config, workdir, primary, log, progress, fault, stop, done):
     if primary:
         prepare_workdir(workdir, config)
         _write_run_info(exp, config, workdir, log)
-    else:
-        log = _silent
     log(f"client store: {exp.client_store} ({exp.store_reason})")
     clients = None  # the per-client rows, when a ClientStore holds them (not FedState)
     if exp.client_store == "device":
@@ -262,7 +339,8 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop):
         state = client_store.server_state(exp.algorithm, exp.init_params)
         clients = _open_store(exp, config, workdir, primary)
         log(f"per-client state: rows created when a client is first sampled, in "
-            f"{'host memory' if exp.client_store == 'host' else clients.path}")
+            f"{'host memory' if exp.client_store == 'host' else clients.path}; the cohort "
+            "round compiles in the first round")
     checkpointer = Checkpointer(workdir, keep=config["keep_checkpoints"], log=log)
     try:
         start, state, rows = _resume(checkpointer, state, config, workdir, log)
@@ -275,6 +353,7 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop):
     except (WorkdirError, ValueError):
         checkpointer.close()
         raise
+    done.update(rows=rows, start=start)
     stop.last_checkpoint = checkpointer.latest_round()
     decay = experiment.local_lr_decay(config)
     rounds = config["rounds"]
@@ -448,8 +527,8 @@ class _Outputs:
         self.metrics.write(row)
         self.scalars.write(row["round"], {k: v for k, v in row.items() if k != "round"})
         self.last_accuracy = row.get("test_accuracy", self.last_accuracy)
+        self.log(_line(row), echo=self.bar is None)  # train.log gets every round's line
         if self.bar is None:
-            self.log(_line(row))
             return
         self.bar.set_postfix(loss=f"{row['train_loss']:.4f}", acc="-" if self.last_accuracy
                              is None else f"{self.last_accuracy:.4f}")

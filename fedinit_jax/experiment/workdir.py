@@ -4,6 +4,8 @@
     <workdir>/config.json     the resolved config (atomic write)
     <workdir>/run_info.json   sizes, devices, costs (atomic write)
     <workdir>/metrics.jsonl   one JSON row per round, rounds 1, 2, ... in order
+    <workdir>/train.log       every line the run printed, with its UTC time, appended across
+                              resumes; each run ends with one "summary:" line
     <workdir>/tb/             TensorBoard scalars, written synchronously
     <workdir>/checkpoints/    orbax (checkpoint.py)
 
@@ -209,6 +211,56 @@ class MetricsLog:
             self._file.close()
         except OSError:
             pass  # the error was reported by write()
+
+
+TRAIN_LOG = "train.log"
+
+
+def _utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class EarlyLog:
+    """A run's lines before its workdir may be written (loading, compiling: a bad config
+    writes nothing): echoed at once, kept with their UTC time for train.log."""
+
+    def __init__(self, echo=print):
+        self.echo = echo
+        self.lines = []
+
+    def __call__(self, line: str, echo: bool = True) -> None:
+        if echo:
+            self.echo(line)
+        self.lines.append((_utc_now(), line))
+
+
+class TrainLog:
+    """A run's lines: to `echo` (stdout, a sweep's prefixed print) and appended to
+    <workdir>/train.log with their UTC time, flushed each line; so a batch task's log file
+    and the workdir both say what the run did. Called with echo=False a line goes to the
+    file only (the rounds under a progress bar). `early`: an EarlyLog whose lines come
+    first."""
+
+    def __init__(self, workdir: str, early: EarlyLog):
+        self.path = os.path.join(workdir, TRAIN_LOG)
+        self.echo = early.echo
+        with reporting(self.path):
+            self._file = open(self.path, "a")
+            self._file.writelines(f"{stamp} {line}\n" for stamp, line in early.lines)
+            self._file.flush()
+
+    def __call__(self, line: str, echo: bool = True) -> None:
+        if echo:
+            self.echo(line)
+        with reporting(self.path):
+            self._file.write(f"{_utc_now()} {line}\n")
+            self._file.flush()
+
+    def close(self):
+        try:
+            self._file.close()
+        except OSError:
+            pass
 
 
 class ScalarLog:
