@@ -159,7 +159,7 @@ def figure1_series(runs, window, last):
             ("local_epochs", "fig1a_epochs.png", lambda c: c["local_epochs"],
              lambda c: f"{R.method(c)} {R.setting(c).rsplit(' E', 1)[0]}"),
             ("beta", "fig1b_beta.png", R.beta_of,
-             lambda c: f"{R.base_name(c)} {R.setting(c)}{_delta_tag(c)}")):
+             lambda c: f"{_ri_family(c)} {R.setting(c)}{_delta_tag(c)}")):
         series = defaultdict(lambda: defaultdict(list))
         for run in runs:
             series[label_of(run.config)][getter(run.config)].append(
@@ -180,15 +180,17 @@ def figures(runs, out, window, last):
     for field, fname, series in figure1_series(runs, window, last):
         if not series:
             continue
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig, ax = plt.subplots(figsize=(11, 4.5))
         for label, by_x in sorted(series.items()):
             xs = sorted(by_x)
             ax.errorbar(xs, [np.mean(by_x[x]) for x in xs],
                         yerr=[R.sample_std(by_x[x]) for x in xs], marker="o", capsize=3,
                         label=label)
-        ax.set_xlabel(field)
-        ax.set_ylabel("test accuracy (%)")
-        ax.legend(fontsize=7)
+        ax.set_xlabel(FIGURE1_AXES[field])
+        ax.set_ylabel("final test accuracy (%)")
+        ax.set_title(f"smoothed (window {window}), max over the last {last} rounds; mean and "
+                     "std over seeds", fontsize=9)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
         ax.grid(alpha=0.3)
         fig.tight_layout()
         fig.savefig(os.path.join(out, fname), dpi=110)
@@ -206,10 +208,10 @@ def figures(runs, out, window, last):
         fig, axes = plt.subplots(1, 3, figsize=(15, 4))
         for beta in betas:
             chosen = [r for r in rs if R.beta_of(r.config) == beta]
-            for ax, field in zip(axes, ("test_accuracy", "divergence", "divergence_all")):
+            for ax, (field, title, scale) in zip(axes, FIGURE2_PANELS):
                 x, y = _mean_curve(chosen, field)
-                ax.plot(x, y, label=f"beta={beta:g} (n={len(chosen)})")
-                ax.set_title(field)
+                ax.plot(x, scale * y, label=f"beta={beta:g} (n={len(chosen)})")
+                ax.set_title(title + ", not smoothed, mean over seeds", fontsize=9)
                 ax.set_xlabel("round")
         axes[1].set_yscale("log")
         axes[2].set_yscale("log")
@@ -268,7 +270,7 @@ def curve_figures(runs, unfinished, out):
                 panels[field].fill_between(rounds, values.min(0), values.max(0), alpha=0.15,
                                            color=color)
         for ax, title in zip(axes, ("test accuracy (%)", "train loss")):
-            ax.set_title(title)
+            ax.set_title(f"{title}, not smoothed: mean over seeds, band min-max")
             ax.set_xlabel("round")
             ax.grid(alpha=0.3)
         axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
@@ -279,6 +281,22 @@ def curve_figures(runs, unfinished, out):
         plt.close(fig)
         written.append(fname)
     return written
+
+
+FIGURE1_AXES = {"local_epochs": "local epochs E", "beta": "RI coefficient beta"}
+# Fig. 2's panels: (metrics field, title, scale)
+FIGURE2_PANELS = (("test_accuracy", "test accuracy (%)", 100),
+                  ("divergence", "divergence of the sampled clients (log)", 1),
+                  ("divergence_all", "Delta^t over all clients (log)", 1))
+
+
+def _ri_family(config):
+    """Fig. 1(b)'s curve label: the base method at beta = 0 and with RI at beta > 0."""
+    from experiments import results as R
+
+    base = R.base_name(config)
+    with_ri = "FedInit" if R.base_algorithm(config) == "fedavg" else f"{base}+RI"
+    return f"{base} (beta 0) / {with_ri} (beta > 0)"
 
 
 def _delta_tag(config):

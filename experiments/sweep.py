@@ -114,19 +114,25 @@ def cells(base: dict):
                                 **base, "algorithm": algorithm, "dirichlet_alpha": alpha,
                                 "beta": beta, "local_epochs": e, "delta_from": delta,
                                 "seed": seed})
-                            split = natural or f"dir{alpha:g}"  # the data's own, or alpha
+                            yield _cell_name(config, natural, beta is None), config
 
-                            def name(b):
-                                return f"{algorithm}-{split}-beta{b}-E{e}-{delta}-s{seed}"
 
-                            resolved = name(format(config["beta"], "g")
-                                            if config["beta"] is not None else "default")
-                            legacy = name("default")  # earlier versions' default beta
-                            if (beta is None and FLAGS.results and not os.path.isdir(
-                                    os.path.join(FLAGS.results, resolved))
-                                    and os.path.isdir(os.path.join(FLAGS.results, legacy))):
-                                resolved = legacy
-                            yield resolved, config
+def _cell_name(config, natural, default_beta) -> str:
+    """<algorithm>-<split>-beta<beta>-E<epochs>-<delta_from>-s<seed> with the resolved beta;
+    a default beta's folder named `betadefault` by earlier versions keeps its cell."""
+    split = natural or f"dir{config['dirichlet_alpha']:g}"  # the data's own, or alpha
+
+    def name(beta):
+        return (f"{config['algorithm']}-{split}-beta{beta}-E{config['local_epochs']}-"
+                f"{config['delta_from']}-s{config['seed']}")
+
+    resolved = name("default" if config["beta"] is None else format(config["beta"], "g"))
+    legacy = name("default")
+    if (default_beta and FLAGS.results
+            and not os.path.isdir(os.path.join(FLAGS.results, resolved))
+            and os.path.isdir(os.path.join(FLAGS.results, legacy))):
+        return legacy
+    return resolved
 
 
 def _grid():

@@ -14,8 +14,11 @@ from fedinit_jax.experiment import simulation
 
 
 def test_end_to_end_metrics_fields(tmp_path):
-    result = train(tmp_path, *TINY)
+    result = train(tmp_path, *TINY, "--config.clip_norm=None")  # None: no clipping
     assert result.returncode == 0, result.stderr
+    recorded = json.load(open(tmp_path / "config.json"))  # the values the run used
+    assert recorded["clip_norm"] is None and recorded["beta"] == 0.1
+    assert recorded["lr_decay"] == 0.998 and recorded["rho"] is None  # FedInit takes no rho
     got = rows(tmp_path)
     assert [r["round"] for r in got] == [1, 2, 3]
     every = {"round", "train_loss", "divergence", "local_lr", "train_seconds"}
@@ -114,6 +117,8 @@ def test_bad_config_is_named_before_anything_is_written(tmp_path, change, field)
      "--config given 2 times"),
     (["--config=experiments/configs/default.py", "--distributed",
       "--distributed_timeout=2147483648"], "--distributed_timeout=2147483648: must be in"),
+    (["--config=experiments/configs/default.py", "--distributed"],
+     "--distributed found no scheduler's environment here"),  # names the by-hand flags
 ])
 def test_bad_invocations_are_one_line_exit_2(tmp_path, args, says):
     """The binary: flags and config files, and a config error raised in the run (one line,
