@@ -4,7 +4,8 @@
 # Sets $out: RESULTS_DIR, by default a fresh folder, so the committed results are never
 # overwritten or silently reused (pass the committed folder to extend it); changes to the
 # repository root; sets $py: the project's venv Python unless PYTHON is set; defines
-#   sweep ARGS...   experiments.sweep of CONFIG into $out (the extra arguments to every sweep)
+#   sweep ARGS...   experiments.sweep of CONFIG into $out (the extra arguments to every sweep;
+#                   a diverged cell does not stop the study)
 #   report [ARGS]   the folder's tables and figures (Markdown and PNGs) into $out/report
 #                   (ARGS: experiments.report flags, e.g. --window 3 --last 6 for 60 rounds)
 study_config=$1
@@ -15,5 +16,6 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 py=${PYTHON:-.venv/bin/python}
 [ -x "$py" ] || { echo "error: $py not found: run the README's install command first, or set PYTHON" >&2; exit 2; }
 echo "results: $out"
-sweep() { "$py" -m experiments.sweep --config "$study_config" --results "$out" "$@" "${extra[@]}"; }
+# a diverged cell (exit 3) is a result of the study: the next sweep goes on
+sweep() { "$py" -m experiments.sweep --config "$study_config" --results "$out" "$@" "${extra[@]}" || [ $? -eq 3 ]; }
 report() { "$py" -m experiments.report "$out" --out "$out/report" "$@"; echo "report: $out/report"; }

@@ -119,3 +119,23 @@ def test_authors_report_tables_are_the_regenerated_ones(tmp_path):
     report command regenerates from the committed cells."""
     text = report([AUTHORS], str(tmp_path), window=WINDOW, last=LAST, with_figures=False)
     _assert_accuracy_tables_in(text, open(os.path.join(AUTHORS, "report", "tables.md")).read())
+
+
+def test_the_study_script_sees_its_committed_cells_done():
+    """The main grid of run_study.sh, listed by the sweep on the committed folder: every
+    cell done (exit 0), found under its `betadefault` name from before names recorded the
+    resolved beta, and done by its metrics (no checkpoint is committed)."""
+    import subprocess
+    import sys
+
+    listed = subprocess.run(
+        [sys.executable, "-m", "experiments.sweep", "--config",
+         "experiments/configs/cpu_cifar10.py", f"--results={RESULTS}",
+         "--algorithms=fedavg,fedinit,fedadam,fedsam", "--dirichlet_alphas=0.1,0.6",
+         "--seeds=0", "--list"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    lines = [line.split("\t") for line in listed.stdout.splitlines()]
+    assert len(lines) == 8 and all(state == "done" for _, _, state in lines), lines
+    assert all("-betadefault-" in name and os.path.isdir(os.path.join(RESULTS, name))
+               for _, name, _ in lines), lines

@@ -175,11 +175,15 @@ def rounds_done(workdir: str, config: dict) -> int:
 
 
 def finished_rounds(workdir: str, config: dict) -> int:
-    """The rounds that rerunning `config` in workdir would not recompute: its newest
-    checkpoint's round. WorkdirError, as the binary's, when the workdir holds another
-    config, damaged metrics, or a checkpoint whose rounds metrics.jsonl lacks (so a sweep
-    never calls "done" a cell the binary would refuse)."""
+    """The rounds that rerunning `config` in workdir would not recompute: all of them when
+    its metrics cover config.rounds (finished, whatever its checkpoints hold: _resume), else
+    its newest checkpoint's round. WorkdirError, as the binary's, when the workdir holds
+    another config, damaged metrics, or a checkpoint whose rounds metrics.jsonl lacks (so a
+    sweep never calls "done" a cell the binary would refuse)."""
     rounds_done(workdir, config)
+    written = len(read_metrics(workdir))
+    if written >= config["rounds"]:
+        return written
     start = max([0] + checkpoint_lib.checkpoint_rounds(workdir))
     _rows_up_to(workdir, start)
     return start
