@@ -134,7 +134,8 @@ class _StopRequest:
 
 def prepare_workdir(workdir: str, config: dict) -> None:
     """Refuse a workdir of another config, or one whose rounds exceed config.rounds; then
-    write config.json. The caller holds the workdir's lock."""
+    write config.json (resolved). The caller holds the workdir's lock."""
+    config = experiment.resolve(config)
     path = os.path.join(workdir, "config.json")
     done = rounds_done(workdir, config)
     if done:
@@ -149,7 +150,9 @@ def rounds_done(workdir: str, config: dict) -> int:
     """Rounds a workdir already holds for `config` (0 if it holds none). WorkdirError when it
     holds rounds of another config (any field but `rounds`) by its config.json or by the
     config its newest checkpoint records, when it holds rounds whose config is unknown (no
-    config.json, no config in the checkpoint), or damaged metrics."""
+    config.json, no config in the checkpoint), or damaged metrics. Configs are compared
+    resolved (experiment.resolve: a default written out equals the default left None)."""
+    config = experiment.resolve(config)
     path = os.path.join(workdir, "config.json")
     saved = [(path, experiment.saved_config(path))] if os.path.exists(path) else []
     done = max([0] + [r["round"] for r in read_metrics(workdir)[-1:]]
@@ -158,7 +161,8 @@ def rounds_done(workdir: str, config: dict) -> int:
         return 0  # config (e.g. the corrected command after a run that failed in round 1)
     recorded = checkpoint_lib.saved_config(workdir)
     if recorded is not None:
-        saved.append(("its newest checkpoint", {**experiment.ADDED_FIELDS, **recorded}))
+        saved.append(("its newest checkpoint",
+                      experiment.resolve({**experiment.ADDED_FIELDS, **recorded})))
     if not saved:
         raise WorkdirError(f"workdir={workdir!r} holds {done} rounds but no config.json, and "
                            "no checkpoint records its config: which config made them is "
