@@ -148,7 +148,8 @@ class _Layout:
         """[N, ...] leaves -> [N, width]."""
         leaves = [np.asarray(x) for x in jax.tree.leaves(rows._replace(client_visited=None))]
         n = leaves[0].shape[0]
-        return np.concatenate([x.reshape(n, -1).astype(self.dtype) for x in leaves], axis=1)
+        return np.concatenate([x.reshape(n, math.prod(x.shape[1:])).astype(self.dtype)
+                               for x in leaves], axis=1)  # n may be 0
 
     def unflatten(self, flat: np.ndarray) -> Cohort:
         """[N, width] -> a Cohort of [N, ...] device arrays."""
@@ -398,7 +399,9 @@ class DiskStore(_Lazy):
     def write_rows(self, ids, rows: Cohort) -> None:
         """A multi-process round's share of scatter: the rows of ids, not yet marked present
         (process 0 marks the round's, after journaling them: run_round)."""
-        self._write_rows(_check_ids(ids, self.num_clients), self.layout.flatten(rows))
+        ids = _check_ids(ids, self.num_clients)
+        if ids.size:  # a process whose slots are all padding this round writes nothing
+            self._write_rows(ids, self.layout.flatten(rows))
 
     def mark_present(self, ids) -> None:
         """The rows of ids are written (a client with a row no longer reads as w^0)."""

@@ -3,9 +3,12 @@
 stop together on one process's SIGTERM, and end in bounded time with exit code 5 when a peer
 never joins or dies."""
 import json
+import os
 import re
 import signal
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -46,6 +49,7 @@ def _finish(procs, timeout=240):
 
 
 ROUNDS = ["--config.rounds=12"]  # a run long enough to signal after its second round
+DISK = ["--config.client_store=disk"]
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +73,11 @@ def _close(got, want):
 
 def test_two_processes_stop_together_resume_and_equal_one(tmp_path, one_process):
     """SIGTERM to process 1 only: both stop at the same round with a checkpoint (exit 75);
-    the same command resumes both; the 12 rounds equal one process with four devices."""
-    procs = _launch(tmp_path, *ROUNDS)
+    the same command resumes both; the 12 rounds equal one process with four devices and
+    the device tables. The clients live in the disk store of the shared workdir: each
+    process gathers and scatters its own slots' rows, process 0 journals and checkpoints
+    them and restores them on resume."""
+    procs = _launch(tmp_path, *ROUNDS, *DISK)
     metrics = tmp_path / "metrics.jsonl"
     deadline = time.time() + 200
     while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 2):
@@ -82,26 +89,15 @@ def test_two_processes_stop_together_resume_and_equal_one(tmp_path, one_process)
     assert 2 <= done < 12
     saved = sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit())
     assert saved[-1] == done  # the checkpoint holds every round the metrics hold
+    assert (tmp_path / "client_rows" / f"delta-{done}.npz").exists()  # and its rows
     info = json.load(open(tmp_path / "run_info.json"))
     assert info["num_processes"] == 2 and info["num_devices"] == 4
-    codes, outs = _finish(_launch(tmp_path, *ROUNDS))
+    assert info["client_store"] == "disk"
+    codes, outs = _finish(_launch(tmp_path, *ROUNDS, *DISK))
     assert codes == [0, 0], outs
+    assert f"resumed from the checkpoint after round {done}" in outs[0][0]
     _close(without_timing(rows(tmp_path)), one_process)
     assert {r["clients"] for r in one_process} != {8}  # Bernoulli rounds really were padded
-
-
-def test_two_processes_share_a_disk_store_and_equal_one(tmp_path, one_process):
-    """client_store=disk on the shared workdir: each process gathers and scatters its own
-    slots' rows; 4 rounds, then the run extended to 6 (process 0 restores the rows from its
-    checkpoint), equal one process with the device tables."""
-    for rounds in (4, 6):
-        codes, outs = _finish(_launch(tmp_path, f"--config.rounds={rounds}",
-                                      "--config.client_store=disk"))
-        assert codes == [0, 0], outs
-    assert json.load(open(tmp_path / "run_info.json"))["client_store"] == "disk"
-    assert "resumed from the checkpoint after round 4" in outs[0][0] + outs[0][1]
-    assert (tmp_path / "client_rows" / "delta-6.npz").exists()
-    _close(without_timing(rows(tmp_path)), one_process[:6])
 
 
 def test_a_missing_peer_ends_the_run_with_one_line_and_exit_5(tmp_path):
@@ -132,11 +128,19 @@ def test_a_dead_peer_ends_the_other_process_with_exit_5(tmp_path):
     assert 2 <= rows(tmp_path)[-1]["round"] < 400
 
 
-def test_initialize_needs_all_three_arguments():
+def test_initialize_needs_all_three_arguments_or_a_scheduler():
     with pytest.raises(ValueError, match="go together"):
         distributed.initialize("localhost:1234", None, 0)
     with pytest.raises(ValueError, match="process_id=2"):
         distributed.initialize("localhost:1234", 2, 2)
+    # none of them and no scheduler's environment (--distributed by hand): the flags to use
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_"))}
+    alone = subprocess.run([sys.executable, "-c", "from fedinit_jax.experiment import "
+                            "distributed; distributed.initialize()"], capture_output=True,
+                           text=True, timeout=120, env={**env, "JAX_PLATFORMS": "cpu"})
+    assert alone.returncode != 0
+    assert ("found no scheduler's environment here" in alone.stderr
+            and "--coordinator_address=HOST:PORT" in alone.stderr), alone.stderr
 
 
 @pytest.mark.parametrize("differs, says", [

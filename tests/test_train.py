@@ -117,8 +117,6 @@ def test_bad_config_is_named_before_anything_is_written(tmp_path, change, field)
      "--config given 2 times"),
     (["--config=experiments/configs/default.py", "--distributed",
       "--distributed_timeout=2147483648"], "--distributed_timeout=2147483648: must be in"),
-    (["--config=experiments/configs/default.py", "--distributed"],
-     "--distributed found no scheduler's environment here"),  # names the by-hand flags
 ])
 def test_bad_invocations_are_one_line_exit_2(tmp_path, args, says):
     """The binary: flags and config files, and a config error raised in the run (one line,
