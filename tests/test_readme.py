@@ -1,4 +1,5 @@
-"""The README's Python API example runs as written."""
+"""The README's Python API example runs as written; docs/usage.md's CIFAR-10 sample output is
+the committed run's."""
 import os
 import re
 
@@ -19,8 +20,8 @@ def test_readme_python_example_runs(capsys):
 
 
 def test_readme_sample_output_is_the_committed_run_of_its_command():
-    """The README's CIFAR-10 sample output is the binary's own lines for the committed run
-    (results/readme_cifar10_sample), whose config.json is what the README's command resolves
+    """docs/usage.md's CIFAR-10 sample output is the binary's own lines for the committed run
+    (results/readme_cifar10_sample), whose config.json is what the documented command resolves
     to with the current configs (a new or changed field fails here: rerun the command and
     commit the run again). Running it here would cost a CIFAR-10 decode and training."""
     import json
@@ -28,7 +29,7 @@ def test_readme_sample_output_is_the_committed_run_of_its_command():
     from experiments.configs import paper
     from fedinit_jax.experiment import simulation
 
-    text = open(os.path.join(ROOT, "README.md")).read()
+    text = open(os.path.join(ROOT, "docs", "usage.md")).read()
     command = re.search(r"    TFDS_DATA_DIR=\.\./shared/tfds \.venv/bin/python -m experiments.train "
                         r"\\\n(.*?)\n\n", text, re.S).group(1)
     overrides = dict(re.findall(r"--config\.(\w+)=(\S+)", command))

@@ -1,4 +1,4 @@
-"""The CPU-sized CIFAR-10 study (README "Does relaxed initialization help?").
+"""The CPU-sized CIFAR-10 study (README, "Findings"; docs/study.md).
 
     TFDS_DATA_DIR=../shared/tfds python -m experiments.train \
         --config experiments/configs/cpu_cifar10.py --workdir /tmp/cell --config.algorithm=fedinit

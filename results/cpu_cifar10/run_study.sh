@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPU CIFAR-10 study: every cell of docs/study.md (the README's "Does relaxed initialization help?").
+# The CPU CIFAR-10 study: every cell of docs/study.md (the README's "Findings").
 # Resumable: rerun the same command and finished cells are skipped, unfinished ones resume.
 #   TFDS_DATA_DIR=../shared/tfds bash results/cpu_cifar10/run_study.sh [RESULTS_DIR [--config.FIELD=VALUE ...]]
 # Extra arguments go to every sweep (e.g. --config.rounds=80 extends every finished cell).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPU-sized Shakespeare comparison (README "Shakespeare"): FedAvg, FedInit under both
+# The CPU-sized Shakespeare comparison (README, "Findings"; docs/shakespeare.md): FedAvg, FedInit under both
 # delta_from, SCAFFOLD without and with RI (beta 0.1), 3 seeds, experiments/configs/shakespeare.py
 # (preset cpu). Resumable: rerun the same command, finished cells are skipped.
 #   bash results/shakespeare_cpu/run_study.sh [RESULTS_DIR [--config.FIELD=VALUE ...]]
