@@ -5,10 +5,19 @@ The builders check their hyperparameters with it (`beta=`, `rho=`), `with_runtim
 options, and `experiment.validate` every config field under the name `config.<field>`; the
 allowed values are spelled once, next to the code that uses them (DELTA_FROM,
 CLIENT_STATE_DTYPES, execution.STRATEGIES, ...).
+
+The round's host checks live here too (check_state, check_round_input, check_inputs): a
+round (`algo.apply`) checks nothing, so that it can run inside a user's jit; the binaries
+and a careful user call these on the host before it.
 """
+import functools
 import math
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+
+from fedinit_jax.types import FederatedAlgorithm, FedState, RoundInput
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -54,3 +63,129 @@ def require(module: str, purpose: str):
     except ImportError as err:
         raise ImportError(f"{purpose} needs {module.split('.')[0]} ({err}): pip install "
                           "'fedinit_jax[experiments]'") from None
+
+
+# ------------------------------------------------------------- the round's host checks
+
+@functools.lru_cache(maxsize=64)
+def _expected_state(init, treedef, leaves, num_clients):
+    params = jax.tree.unflatten(treedef, [jax.ShapeDtypeStruct(s, d) for s, d in leaves])
+    return jax.eval_shape(lambda p: init(p, num_clients), params)
+
+
+def _spec_of(pytree):
+    return (jax.tree.structure(pytree),
+            [(tuple(x.shape), jnp.dtype(x.dtype)) for x in jax.tree.leaves(pytree)])
+
+
+def _check_structure(algo: FederatedAlgorithm, state) -> int:
+    """ValueError unless `state` has the structure, shapes and dtypes algo.init makes (e.g. a
+    SCAFFOLD state handed to FedCM); returns C."""
+    if not isinstance(state, FedState):
+        raise ValueError(f"state must be a FedState from algo.init, got {type(state)}")
+    num_clients = jax.tree.leaves(state.client_params)[0].shape[0]
+    leaves = tuple((tuple(x.shape), jnp.dtype(x.dtype)) for x in jax.tree.leaves(state.params))
+    want = _expected_state(algo.init, jax.tree.structure(state.params), leaves, num_clients)
+    for field in FedState._fields:
+        if _spec_of(getattr(state, field)) != _spec_of(getattr(want, field)):
+            raise ValueError(f"state.{field} does not match this algorithm's state (was the "
+                             "state made by another algorithm's init, or for other params?)")
+    return num_clients
+
+
+def check_state(algo: FederatedAlgorithm, state: FedState) -> None:
+    """ValueError unless `state` is one of algo's: the structure, shapes and dtypes its init
+    makes, and its beta (a state's beta is traced, so replicas may differ; one whose beta is
+    not the builder's, fedavg's 0 given to fedinit, comes from another builder). Reads beta
+    from the device: call it once after init or a restore, not every round. A replica
+    state (replicas.init: every leaf with a leading [R] axis, beta [R]) is checked replica by
+    replica for its structure; its betas are a sweep, not the builder's."""
+    if isinstance(state, FedState) and np.ndim(state.beta) == 1:
+        for r in range(np.shape(state.beta)[0]):
+            _check_structure(algo, jax.tree.map(lambda x, r=r: x[r], state))
+        return
+    _check_structure(algo, state)
+    if not isinstance(state.beta, jax.core.Tracer) and not np.isclose(
+            float(state.beta), algo.spec.beta, rtol=1e-6, atol=1e-7):
+        raise ValueError(f"state.beta={float(state.beta):g} but this algorithm was built with "
+                         f"beta={algo.spec.beta:g}: the state comes from another algorithm or "
+                         "builder; use that one, or this one's init")
+
+
+def check_round_input(algo: FederatedAlgorithm, state: FedState,
+                      round_input: RoundInput) -> None:
+    """ValueError naming the field when `round_input` cannot run on `state` under algo's
+    runtime (ids in range and distinct, [N, K, B] batches, masks, sizes, lr, N a multiple of
+    the devices), or the state is not algo's. Host-side, no device read: the binaries call
+    it before every round; `algo.apply` itself checks nothing, so it can be jitted."""
+    num_clients = _check_structure(algo, state)
+    check_inputs(round_input, num_clients, algo.runtime.num_devices or 1)
+
+
+def check_inputs(round_input: RoundInput, num_clients: int, num_devices: int = 1) -> None:
+    """ValueError naming the field when a round input cannot be run on num_clients clients."""
+    if not isinstance(round_input, RoundInput):
+        raise ValueError(f"round_input must be a fedinit_jax.RoundInput(client_ids, batches, "
+                         f"local_lr, ...), got {type(round_input).__name__}")
+    ids = np.asarray(round_input.client_ids)
+    if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"client_ids must be a non-empty 1-D integer array, got shape "
+                         f"{ids.shape} dtype {ids.dtype}")
+    n = ids.size
+    real = ids
+    if round_input.mask is not None:
+        mask = np.asarray(round_input.mask)
+        if mask.shape != ids.shape or mask.dtype != np.bool_:
+            raise ValueError(f"mask must be a bool array shaped like client_ids {ids.shape}, "
+                             f"got shape {mask.shape} dtype {mask.dtype}")
+        if not mask.any():
+            raise ValueError("mask marks every slot as padding: a round needs >= 1 client")
+        real = ids[mask]
+    if real.size > num_clients:
+        raise ValueError(f"client_ids: {real.size} sampled clients but the state holds only "
+                         f"{num_clients} (N must be <= C)")
+    if real.min() < 0 or real.max() >= num_clients:
+        raise ValueError(f"client_ids out of range: values must lie in [0, {num_clients}), "
+                         f"got min {real.min()} max {real.max()}")
+    if n % num_devices:
+        raise ValueError(f"client_ids: {n} clients per round cannot be split evenly over "
+                         f"num_devices={num_devices}; use a multiple of {num_devices}")
+    if np.unique(real).size != real.size:
+        raise ValueError(f"client_ids has duplicates: {real.tolist()}; sample without "
+                         "replacement")
+    leaves = jax.tree.leaves(round_input.batches)
+    if not leaves:
+        raise ValueError("batches is empty: it must be a pytree of [N, K, B, ...] arrays")
+    shapes = [np.shape(x) for x in leaves]
+    if any(len(s) < 3 for s in shapes) or len({s[:3] for s in shapes}) != 1:
+        raise ValueError(f"batches: every leaf needs the same leading [N, K, B] axes, got "
+                         f"{[s[:3] for s in shapes]}")
+    if shapes[0][0] != n:
+        raise ValueError(f"batches: leading axis {shapes[0][0]} != number of client_ids {n}")
+    if 0 in shapes[0][1:3]:
+        raise ValueError(f"batches: [N, K, B] = {list(shapes[0][:3])}: every client needs K >= 1 "
+                         "local steps of B >= 1 examples")
+    real_rows = slice(None) if round_input.mask is None else np.asarray(round_input.mask)
+    for leaf in leaves:  # host arrays only: a device array would be copied back to check;
+        # every floating dtype, ml_dtypes' bfloat16 (which numpy calls no floating) included
+        if (isinstance(leaf, np.ndarray) and jnp.issubdtype(leaf.dtype, jnp.floating)
+                and not np.isfinite(leaf[real_rows].astype(np.float32)).all()):
+            raise ValueError("batches of sampled clients hold NaN or inf values")
+    if round_input.step_mask is not None:
+        steps = np.asarray(round_input.step_mask)
+        if steps.shape != shapes[0][:2] or steps.dtype != np.bool_:
+            raise ValueError(f"step_mask must be a bool array shaped [N, K] = "
+                             f"{list(shapes[0][:2])}, got shape {steps.shape} dtype {steps.dtype}")
+        if not steps[real_rows].any(axis=1).all():
+            raise ValueError("step_mask: every sampled client needs >= 1 real local step")
+    if round_input.sizes is not None:
+        w = np.asarray(round_input.sizes)
+        if (w.shape != ids.shape or not np.issubdtype(w.dtype, np.number)
+                or not np.isfinite(w).all() or not (w[real_rows] > 0).all()):
+            raise ValueError(f"sizes must be finite numbers shaped like client_ids {ids.shape}, "
+                             f"> 0 for the sampled clients; got {w!r}")
+    lr = np.asarray(round_input.local_lr)
+    if (lr.shape != () or not np.issubdtype(lr.dtype, np.number) or not np.isfinite(lr)
+            or not 0 < lr <= FLOAT32_MAX):
+        raise ValueError(f"local_lr must be a scalar in (0, {FLOAT32_MAX:.4g}] (float32), got "
+                         f"{round_input.local_lr!r}")

@@ -11,7 +11,7 @@ federations: every leaf of the state gets a leading [R] axis, and so may the rou
 
 `apply` is pure and checks nothing on the host, as algo.apply: it runs inside a user's
 jax.jit or lax.scan. The host checks are separate calls: check_round_input per round,
-federated_round.check_state(algo, states) once (it understands replica states).
+checks.check_state(algo, states) once (it understands replica states).
 
 Replica r computes exactly what a separate run with that beta, input and key computes
 (to float tolerance: vmapping changes XLA's fusions). On CPU, vmapped replicas turn
@@ -22,8 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedinit_jax import tree
-from fedinit_jax.checks import check_number
-from fedinit_jax.federated_round import as_arrays, check_inputs, check_state
+from fedinit_jax.checks import check_inputs, check_number, check_state
+from fedinit_jax.federated_round import as_arrays
 from fedinit_jax.types import FederatedAlgorithm, FedState, RoundInput
 
 
@@ -75,7 +75,7 @@ def make_apply(algo: FederatedAlgorithm, shared_input: bool = True):
 def check_round_input(algo: FederatedAlgorithm, states: FedState, round_input: RoundInput,
                       shared_input: bool = True) -> None:
     """ValueError naming the field when `round_input` cannot run on the replica states
-    (federated_round.check_round_input's rules, per replica), or when shared_input=False and
+    (checks.check_round_input's rules, per replica), or when shared_input=False and
     a leaf lacks the leading [R] axis. Host-side, as for algo.apply."""
     check_state(algo, states)
     num_replicas = int(np.shape(states.beta)[0])

@@ -29,17 +29,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedinit_jax import algorithms, client_store, data, execution, experiment
+from fedinit_jax.checks import check_inputs, check_round_input, check_state
 from fedinit_jax.experiment import checkpoint as checkpoint_lib
 from fedinit_jax.experiment import distributed
 from fedinit_jax.experiment import workdir as workdir_lib
 from fedinit_jax.experiment.checkpoint import Checkpointer
 from fedinit_jax.experiment.workdir import WorkdirBusy, WorkdirError, WriteError, read_metrics  # noqa: F401 (API)
-from fedinit_jax.federated_round import (
-    check_inputs,
-    check_round_input,
-    check_state,
-    divergence_all,
-)
+from fedinit_jax.federated_round import divergence_all
 
 REQUEUE_EXIT = 75  # stopped, rerun to continue (experiments/exit_codes.py: REQUEUE)
 RESUMABLE_CHANGES = ("rounds",)  # fields that may differ when a run is resumed (extended)
