@@ -1,10 +1,11 @@
 """The plug-in through which every baseline changes the one shared round.
 
 A Correction has a client side (ClientCorrection: init, gradient, finalize), a server side
-(ServerCorrection: init, update), optionally its own local gradient rule (SAM's), and the
-Costs it adds. FedAvg is the empty Correction; SCAFFOLD, FedDyn, FedCM and FedProx fill a few
-slots (docs/algorithms.md, "The methods"); SAM is a Correction that only swaps the gradient,
-and `compose(base, extra)` stacks two of them, so FedSpeed = compose(FedDyn, SAM), FedGamma =
+(ServerCorrection: init, update) and optionally its own local gradient rule (SAM's); what
+it communicates is declared in the registry (algorithms.REGISTRY[name].costs). FedAvg is
+the empty Correction; SCAFFOLD, FedDyn, FedCM and FedProx fill a few slots
+(docs/algorithms.md, "The methods"); SAM is a Correction that only swaps the gradient, and
+`compose(base, extra)` stacks two of them, so FedSpeed = compose(FedDyn, SAM), FedGamma =
 compose(SCAFFOLD, SAM), MoFedSAM = compose(FedCM, SAM), FedSMOO = compose(FedDyn, SMOO).
 Relaxed initialization (RI) is an option of every algorithm, not a correction.
 
@@ -19,7 +20,7 @@ FedAvg-type server moves w (federated_round.py).
 """
 from typing import Any, NamedTuple, Protocol
 
-from fedinit_jax.types import Array, Costs, Params, PyTree
+from fedinit_jax.types import Array, Params, PyTree
 
 
 class LocalContext(NamedTuple):
@@ -127,7 +128,6 @@ class Correction(NamedTuple):
     client: ClientCorrection = ClientCorrection()
     server: ServerCorrection = ServerCorrection()
     local_gradient: Any = None
-    costs: Costs = Costs()
 
 
 NONE = Correction()
@@ -180,7 +180,6 @@ def compose(base: Correction, extra: Correction) -> Correction:
                 apply=lambda w, batch, key, carry, ctx: inner.apply(w, batch, key, carry,
                                                                     view(ctx, owner)))
 
-    costs = base.costs.merge(extra.costs)
     return Correction(
         client=ClientCorrection(
             init=lambda w: Composed(base.client.init(w), extra.client.init(w)),
@@ -188,4 +187,4 @@ def compose(base: Correction, extra: Correction) -> Correction:
             decay=base.client.decay + extra.client.decay),
         server=ServerCorrection(
             init=lambda w: Composed(base.server.init(w), extra.server.init(w)), update=update),
-        local_gradient=local_gradient, costs=costs)
+        local_gradient=local_gradient)

@@ -1,9 +1,10 @@
 """The contract every registered algorithm keeps, on a tiny MLP with image batches (uint8,
 augmented: the image task's loss); the convolutions have their own tests (test_conv.py)."""
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import counting, with_ri
+from conftest import counting, linreg_loss, with_ri
 
 from experiments import metrics
 from fedinit_jax import RoundInput, algorithms, models, tasks
@@ -51,6 +52,26 @@ def test_contract(cnn_task, name):
     for m in history:
         assert set(m) == {"train_loss", "divergence"}  # Delta^t: evaluation rounds only
         assert all(np.isfinite(float(v)) for v in m.values())
+
+
+@pytest.mark.parametrize("name", list(algorithms.REGISTRY))
+def test_declared_storage_is_the_states_own(name):
+    """Costs.client_state / server_state (Table 9's storage) name exactly the model-sized
+    vectors the algorithm's FedState keeps (jax.eval_shape of init: fedinit_jax.costs), and
+    the stored bytes follow the runtime's client_state_dtype."""
+    from fedinit_jax import Runtime
+    from fedinit_jax.costs import state_costs
+
+    params = {"w": jnp.zeros(9), "b": jnp.zeros(())}  # d = 10: a step count is no vector
+    declared = algorithms.REGISTRY[name].costs
+    measured = state_costs(algorithms.get(name, linreg_loss), params)
+    assert measured.d == 10
+    assert measured.client_vectors == 1 + len(declared.client_state)  # w_i and its state
+    assert measured.server_vectors == 1 + len(declared.server_state)  # w and the server's
+    assert measured.per_client_bytes == 4 * 10 * measured.client_vectors
+    half = state_costs(algorithms.get(name, linreg_loss, runtime=Runtime(
+        client_state_dtype="bfloat16")), params)
+    assert half.per_client_bytes == measured.per_client_bytes // 2
 
 
 def test_table9_ratios_from_declared_costs():

@@ -47,8 +47,7 @@ def correction(alpha: float) -> Correction:
     return Correction(
         client=ClientCorrection(gradient=gradient),
         server=ServerCorrection(init=lambda w: FedCMState(optax.tree.zeros_like(w)),
-                                update=_server_update),
-        costs=COSTS)
+                                update=_server_update))
 
 
 @shares_fedavg_options(fedavg)

@@ -68,8 +68,7 @@ def correction(lam: float) -> Correction:
         client=ClientCorrection(init=lambda w: FedDynClientState(optax.tree.zeros_like(w)),
                                 gradient=gradient, finalize=_finalize, decay=lam),
         server=ServerCorrection(init=lambda w: FedDynState(optax.tree.zeros_like(w)),
-                                update=_server_update),
-        costs=COSTS)
+                                update=_server_update))
 
 
 @shares_fedavg_options(fedavg, server_step=False)

@@ -19,8 +19,7 @@ COSTS = Costs(client_work=("e",))
 
 def correction(rho: float) -> Correction:
     """The SAM gradient of radius rho; a client holds one more buffer, the perturbation e."""
-    return Correction(local_gradient=functools.partial(local.sam_gradient, rho=rho),
-                      costs=COSTS)
+    return Correction(local_gradient=functools.partial(local.sam_gradient, rho=rho))
 
 
 @shares_fedavg_options(fedavg)

@@ -73,8 +73,7 @@ def correction(rho: float) -> Correction:
                                 finalize=lambda _ctx, _p, _lr_sum, mu: SmooClientState(mu)),
         server=ServerCorrection(init=lambda w: SmooState(optax.tree.zeros_like(w)),
                                 update=server_update),
-        local_gradient=lambda loss_fn: smoo_gradient(loss_fn, rho),
-        costs=SMOO_COSTS)
+        local_gradient=lambda loss_fn: smoo_gradient(loss_fn, rho))
 
 
 @shares_fedavg_options(fedavg, server_step=False)

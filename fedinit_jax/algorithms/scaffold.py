@@ -56,8 +56,7 @@ CORRECTION = Correction(
     client=ClientCorrection(init=lambda w: ScaffoldClientState(optax.tree.zeros_like(w)),
                             gradient=_gradient, finalize=_finalize),
     server=ServerCorrection(init=lambda w: ScaffoldState(optax.tree.zeros_like(w)),
-                            update=_server_update),
-    costs=COSTS)
+                            update=_server_update))
 
 
 @shares_fedavg_options(fedavg)

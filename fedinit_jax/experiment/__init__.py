@@ -12,7 +12,6 @@ ValueError("config.<field>=...: what is allowed") before anything is loaded or c
 `build(config)` returns the Experiment the host loop (simulation.py) runs. The config is any
 mapping with the keys of experiments/configs/default.py (an ml_collections ConfigDict there).
 """
-import math
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -20,7 +19,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from fedinit_jax import algorithms, checks, data, execution, models
+from fedinit_jax import algorithms, checks, costs, data, execution, models
 from fedinit_jax.experiment import tasks, workdir
 from fedinit_jax.federated_round import CLIENT_STATE_DTYPES, DELTA_FROM, FIRST_VISIT
 from fedinit_jax.types import FederatedAlgorithm, RoundInput, Runtime
@@ -265,7 +264,7 @@ def build(config, client_store=None, log=None) -> Experiment:
         except ValueError as err:
             if store == "device":
                 raise
-            _check_cohort_memory(config, task.model, task.input_shape, err)
+            _check_cohort_memory(config, algo, task.model, task.input_shape, err)
             store = "host" if jax.process_count() == 1 else "disk"  # host: one process's
             reason = f"not on the device: {err}"
     return Experiment(task.round_batches, task.client_sizes, task.evaluate, algo, init_params,
@@ -295,34 +294,34 @@ def host_memory():
         return None
 
 
-def _state_sizes(config, model, example_shape):
-    """(d, model-sized vectors per client: w_i and the algorithm's per-client states), from
-    the model's abstract init (nothing allocated)."""
+def _state_costs(algo, model, example_shape):
+    """The state's costs (fedinit_jax.costs) from the model's and the state's abstract init
+    (nothing allocated)."""
     shapes = jax.eval_shape(lambda key: model.init(key, example_shape), jax.random.key(0))
-    d = sum(math.prod(x.shape) for x in jax.tree.leaves(shapes))
-    return d, 1 + len(algorithms.REGISTRY[config["algorithm"]].costs.client_state)
+    return costs.state_costs(algo, shapes)
 
 
 def _check_memory(config, model, example_shape, algo):
     """ValueError before any allocation when even the state alone cannot fit: every client's
-    w_i and per-client extras (C x vectors x d x bytes) plus four copies of the model."""
-    d, vectors = _state_sizes(config, model, example_shape)
-    itemsize = jax.numpy.dtype(config["client_state_dtype"]).itemsize
-    need = config["num_clients"] * vectors * d * itemsize + 4 * 4 * d
+    w_i and per-client extras (C x their bytes, from the state's shapes) plus four copies
+    of the model."""
+    state = _state_costs(algo, model, example_shape)
+    need = config["num_clients"] * state.per_client_bytes + 4 * 4 * state.d
     available = available_memory()
     if available is not None and need > available:
         field = "model_width" if config["model_width"] != 1.0 else "num_clients"
         _fail(field, config[field],
               f"the federation needs at least {need / 2**30:.1f} GiB ({config['num_clients']} "
-              f"clients x {vectors} vectors x d={d:,} parameters x {itemsize} bytes) but "
-              f"{available / 2**30:.1f} GiB are available")
+              f"clients x {state.client_vectors} vectors x d={state.d:,} parameters, "
+              f"{state.per_client_bytes:,} bytes a client) but {available / 2**30:.1f} GiB "
+              "are available")
 
 
-def _check_cohort_memory(config, model, example_shape, device_error) -> None:
+def _check_cohort_memory(config, algo, model, example_shape, device_error) -> None:
     """Before the clients go to host memory (client_store auto): the device must still hold
     the model's copies and one round's cohort rows; else the device's refusal stands."""
-    d, vectors = _state_sizes(config, model, example_shape)
-    need = (clients_per_round(config) * vectors + 16) * d * 4
+    state = _state_costs(algo, model, example_shape)
+    need = clients_per_round(config) * state.per_client_bytes + 16 * 4 * state.d
     available = available_memory()
     if available is not None and need > available:
         raise device_error
