@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 
 from benchmarks.round_speed import MEAN, STD, matmul_peak, round_data  # noqa: E402
 from experiments.results import markdown  # noqa: E402
-from fedinit_jax import algorithms, models, tasks  # noqa: E402
+from fedinit_jax import algorithms, losses, models  # noqa: E402
 
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (\S+?)(?:\{[^}]*\})? ([\w\-]+)\((.*)$")
 _SHAPE = re.compile(r"\[([\d,]*)\]")
@@ -106,7 +106,7 @@ def profile(model_name, conv, steps, batch):
     """{instruction: seconds per local step}, the compiled text, the wall time per step."""
     model = models.get(model_name, 10, conv=conv)
     params = model.init(jax.random.key(0), (32, 32, 3))
-    loss = tasks.classification_loss(model.apply, MEAN, STD, augment=True)
+    loss = losses.classification_loss(model.apply, MEAN, STD, augment=True)
     algo = algorithms.get("fedavg", loss).with_runtime(execution="sequential")
     state = algo.init(params, num_clients=1)
     inp = round_data(1, steps, batch)

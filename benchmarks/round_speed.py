@@ -42,7 +42,7 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
 from experiments.results import markdown  # noqa: E402
-from fedinit_jax import RoundInput, algorithms, data, models, replicas, tasks  # noqa: E402
+from fedinit_jax import RoundInput, algorithms, data, losses, models, replicas  # noqa: E402
 
 MEAN, STD = [0.4914, 0.4822, 0.4465], [0.2470, 0.2435, 0.2616]
 
@@ -83,7 +83,7 @@ class LibraryRound:
                  **hparams):
         model = get_model(model_name, conv)
         params = model.init(jax.random.key(0), (32, 32, 3))
-        loss = tasks.classification_loss(model.apply, MEAN, STD, augment=True)
+        loss = losses.classification_loss(model.apply, MEAN, STD, augment=True)
         self.algo = algorithms.get(algorithm, loss, **hparams).with_runtime(
             execution=execution, chunk_size=chunk, num_devices=num_devices)
         self.state = self.algo.init(params, num_clients=len(inp.client_ids))
@@ -125,7 +125,7 @@ class NaiveRound:
     def __init__(self, model_name, conv, inp):
         model = get_model(model_name, conv)
         self.params = model.init(jax.random.key(0), (32, 32, 3))
-        loss = tasks.classification_loss(model.apply, MEAN, STD, augment=True)
+        loss = losses.classification_loss(model.apply, MEAN, STD, augment=True)
         opt = optax.chain(optax.clip_by_global_norm(10.0), optax.add_decayed_weights(1e-3),
                           optax.sgd(0.1))
 
@@ -368,7 +368,7 @@ class ReplicaRounds:
     def __init__(self, model_name, betas, execution, inp):
         model = get_model(model_name, "auto")
         params = model.init(jax.random.key(0), (32, 32, 3))
-        loss = tasks.classification_loss(model.apply, MEAN, STD, augment=True)
+        loss = losses.classification_loss(model.apply, MEAN, STD, augment=True)
         algo = algorithms.get("fedavg", loss).with_runtime(execution=execution)
         self.states = replicas.init(algo, params, len(inp.client_ids), betas=betas)
         self.apply, self.inp = replicas.make_apply(algo, shared_input=True), inp
@@ -451,7 +451,7 @@ def evaluation_table(args, test_size=10_000):
     rng = np.random.default_rng(1)
     images = rng.integers(0, 256, (test_size, 32, 32, 3), dtype=np.uint8)
     labels = rng.integers(0, 10, test_size).astype(np.int32)
-    evaluate = tasks.make_evaluator(model.apply, images, labels, MEAN, STD)
+    evaluate = losses.make_evaluator(model.apply, images, labels, MEAN, STD)
     runs = {"library (jit, conv=auto)": lambda: jax.block_until_ready(evaluate(params))}
     torch_evaluate = torch_evaluation(args.model, images, labels) if args.torch else None
     if torch_evaluate is not None:
@@ -477,7 +477,7 @@ def memory_table(args):
     inp = round_data(n, args.steps, args.batch)
     model = get_model(args.model, "auto")
     params = model.init(jax.random.key(0), (32, 32, 3))
-    loss = tasks.classification_loss(model.apply, MEAN, STD, augment=True)
+    loss = losses.classification_loss(model.apply, MEAN, STD, augment=True)
     algo = algorithms.get("fedavg", loss).with_runtime(execution="sequential")
     state = jax.eval_shape(lambda p: algo.init(p, num_clients=args.state_clients), params)
     state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))
@@ -524,7 +524,7 @@ class LstmRound:
 
         model = models.get("lstm", shakespeare.VOCAB_SIZE)
         params = model.init(jax.random.key(0), (80,))
-        loss = tasks.next_character_loss(model.apply)
+        loss = losses.next_character_loss(model.apply)
         self.algo = algorithms.get("fedavg", loss, weight_decay=0.0, clip_norm=0.0)
         self.algo = self.algo.with_runtime(execution=execution, num_devices=num_devices)
         self.state = self.algo.init(params, num_clients=len(inp.client_ids))

@@ -7,7 +7,7 @@ import pytest
 from conftest import counting, linreg_loss, with_ri
 
 from experiments import metrics
-from fedinit_jax import RoundInput, algorithms, models, tasks
+from fedinit_jax import RoundInput, algorithms, losses, models
 
 NUM_CLIENTS, N, K, B = 4, 2, 2, 4
 
@@ -16,7 +16,7 @@ NUM_CLIENTS, N, K, B = 4, 2, 2, 4
 def cnn_task():
     model = models.get("mlp", num_classes=10, width=0.125)
     params = model.init(jax.random.key(0), (8, 8, 3))
-    loss_fn = tasks.classification_loss(model.apply, [0.5] * 3, [0.25] * 3, augment=True)
+    loss_fn = losses.classification_loss(model.apply, [0.5] * 3, [0.25] * 3, augment=True)
     rng = np.random.default_rng(0)
     rounds = []
     for t in range(3):

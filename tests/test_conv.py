@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from fedinit_jax import models, tasks
+from fedinit_jax import losses, models
 from fedinit_jax.models.conv import cpu_conv, fast_conv, im2col_conv
 
 
@@ -45,7 +45,7 @@ def test_cnn_gradients_equal_across_conv_implementations(conv):  # ResNet: below
     for impl in ("xla", conv):
         model = models.get("cnn", 10, conv=impl)
         params = model.init(jax.random.key(0), (32, 32, 3))
-        loss = tasks.classification_loss(model.apply, [0.5] * 3, [0.25] * 3, augment=False)
+        loss = losses.classification_loss(model.apply, [0.5] * 3, [0.25] * 3, augment=False)
         grads[impl] = jax.jit(jax.grad(loss))(params, (images, labels), jax.random.key(0))
     for a, b in zip(jax.tree.leaves(grads["xla"]), jax.tree.leaves(grads[conv])):
         scale = float(jnp.max(jnp.abs(a))) + 1e-12

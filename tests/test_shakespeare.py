@@ -17,7 +17,7 @@ from conftest import (
     write_plays,
 )
 
-from fedinit_jax import RoundInput, Runtime, algorithms, check_round_input, models, tasks
+from fedinit_jax import RoundInput, Runtime, algorithms, check_round_input, losses, models
 from fedinit_jax.data import shakespeare as sh
 from fedinit_jax.experiment import fetch, simulation
 
@@ -134,7 +134,7 @@ def test_bucketed_masked_epochs_give_the_federation_maxs_numbers(execution):
     np.testing.assert_array_equal(x, xf[:, :16])
     np.testing.assert_array_equal(mask, mask_f[:, :16])
     assert not mask_f[:, 16:].any()
-    loss = tasks.next_character_loss(lambda p, tokens: p["E"][tokens])
+    loss = losses.next_character_loss(lambda p, tokens: p["E"][tokens])
     algo = algorithms.fedavg(loss, runtime=Runtime(execution=execution))
     state = algo.init({"E": jnp.zeros((sh.VOCAB_SIZE, sh.VOCAB_SIZE))}, num_clients=5)
     a, ma = algo.apply(state, RoundInput(ids, (x, y), 0.5, step_mask=mask), jax.random.key(0))
@@ -170,7 +170,7 @@ def test_size_weighted_server_mean_is_fedavgs_n_i_over_n(linreg_rounds, theta0):
 
 def test_lstm_parameter_count_and_padding_free_loss():
     """8 V + 4H(8 + H) + 4H + 4H(2H) + 4H + (H + 1) V with H = 256, V = 90."""
-    from fedinit_jax import tasks
+    from fedinit_jax import losses
 
     model = models.get("lstm", sh.VOCAB_SIZE)
     params = model.init(jax.random.key(0), (sh.SEQUENCE_LENGTH,))
@@ -178,7 +178,7 @@ def test_lstm_parameter_count_and_padding_free_loss():
     assert models.num_params(params) == 8 * v + 4 * h * (8 + h) + 4 * h + 4 * h * 2 * h \
         + 4 * h + (h + 1) * v == 820_522
     x, y = sh.to_sequences(["To be, or not to be: that is the question."], length=16)
-    loss = jax.jit(tasks.next_character_loss(model.apply))
+    loss = jax.jit(losses.next_character_loss(model.apply))
     padded = (np.concatenate([x, np.zeros_like(x)]), np.concatenate([y, np.zeros_like(y)]))
     np.testing.assert_allclose(float(loss(params, padded, None)),
                                float(loss(params, (x, y), None)), rtol=1e-6)
@@ -197,7 +197,7 @@ def test_text_accuracies_against_a_numpy_loop():
     x, y = sh.to_sequences(["To be, or not to be~", "Ay, there's the rub.", "~~"], length=8)
     table = np.random.default_rng(0).normal(size=(sh.VOCAB_SIZE, sh.VOCAB_SIZE))
     table = table.astype(np.float32)
-    got = tasks.make_text_evaluator(_lookup_model(table), x, y, batch_size=3)(table)
+    got = losses.make_text_evaluator(_lookup_model(table), x, y, batch_size=3)(table)
     special = (sh.PAD, sh.BOS, sh.EOS, sh.OOV)
     hits = hits_in_vocab = n = n_in_vocab = tokens = 0
     loss = 0.0
@@ -232,7 +232,7 @@ def test_a_perfect_model_scores_one_on_both_accuracies():
     for now, after in ((sh.BOS, c), (c, sh.OOV), (sh.OOV, sh.EOS), (sh.EOS, sh.BOS)):
         table[now, after] = 1.0
     assert {sh.BOS, sh.OOV, sh.EOS, c} <= set(y.ravel().tolist())
-    got = tasks.make_text_evaluator(_lookup_model(table), x, y)(table)
+    got = losses.make_text_evaluator(_lookup_model(table), x, y)(table)
     assert float(got["test_accuracy"]) == 1.0 and float(got["test_accuracy_in_vocab"]) == 1.0
 
 
@@ -263,7 +263,7 @@ def test_fused_lstm_equals_flax_scan_in_float64():
     assert all(jax.tree.leaves(same))
     with jax.enable_x64(True):
         p64 = jax.tree.map(lambda a: a.astype(jnp.float64), params)
-        got = {name: jax.jit(jax.value_and_grad(tasks.next_character_loss(m.apply)))(
+        got = {name: jax.jit(jax.value_and_grad(losses.next_character_loss(m.apply)))(
             p64, (x, y), None) for name, m in (("fused", fused), ("scan", scan))}
     np.testing.assert_allclose(float(got["fused"][0]), float(got["scan"][0]), rtol=1e-13)
     for a, b in zip(jax.tree.leaves(got["fused"][1]), jax.tree.leaves(got["scan"][1])):
@@ -282,7 +282,7 @@ def test_fused_lstm_under_vmap_and_in_a_federated_round():
                                   steps=2)
     outs = {}
     for execution in ("sequential", "vmap"):
-        algo = algorithms.fedavg(tasks.next_character_loss(model.apply),
+        algo = algorithms.fedavg(losses.next_character_loss(model.apply),
                                  runtime=Runtime(execution=execution))
         state = algo.init(model.init(jax.random.key(0), (8,)), num_clients=4)
         outs[execution] = algo.apply(state, RoundInput(np.arange(4), batches, 0.5),

@@ -58,7 +58,7 @@ def test_an_unregistered_name_is_an_image_dataset_and_the_text_family_is_registe
 def test_the_core_imports_none_of_the_experiment_machinery():
     """`import fedinit_jax` (algorithms, round, models, data loaders, replicas) loads neither
     fedinit_jax.experiment nor the packages of the [experiments] extra."""
-    code = ("import sys, fedinit_jax, fedinit_jax.models, fedinit_jax.data, fedinit_jax.tasks\n"
+    code = ("import sys, fedinit_jax, fedinit_jax.models, fedinit_jax.data, fedinit_jax.losses\n"
             "from fedinit_jax.data import shakespeare\n"
             "print(' '.join(sorted(sys.modules)))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -4,7 +4,7 @@ evaluated with the global model. The default family of experiment.build."""
 import jax
 import numpy as np
 
-from fedinit_jax import checks, data, models, tasks
+from fedinit_jax import checks, data, losses, models
 from fedinit_jax.experiment.tasks import AbstractRound, Family, Task
 
 EMBEDDED = {"digits": data.load_digits}
@@ -81,8 +81,8 @@ def build(config) -> Task:
                                   steps=config["local_steps"]), None
 
     return Task(round_batches, np.full(config["num_clients"], shard_size),
-                tasks.classification_loss(net.apply, mean, std, augment=config["augment"]),
-                tasks.make_evaluator(net.apply, test_x, test_y, mean, std), net,
+                losses.classification_loss(net.apply, mean, std, augment=config["augment"]),
+                losses.make_evaluator(net.apply, test_x, test_y, mean, std), net,
                 train_x.shape[1:], num_classes, steps(config, shard_size),
                 train_x[0].nbytes + train_y[0].nbytes + 8)
 
@@ -102,7 +102,7 @@ def abstract(config, slots: int) -> AbstractRound:
     size, classes, example = SHAPES[config["dataset"]]
     net = model({**config, "conv": "xla"}, classes)  # the conv form does not change shapes
     channels = example[-1]  # the statistics do not change the shapes
-    loss = tasks.classification_loss(net.apply, [0.5] * channels, [0.25] * channels,
+    loss = losses.classification_loss(net.apply, [0.5] * channels, [0.25] * channels,
                                      augment=config["augment"])
     k = steps(config, size // config["num_clients"])
     b = config["batch_size"]

@@ -8,7 +8,7 @@ import os
 import jax
 import numpy as np
 
-from fedinit_jax import checks, models, tasks
+from fedinit_jax import checks, losses, models
 from fedinit_jax.data import shakespeare
 from fedinit_jax.experiment import fetch
 from fedinit_jax.experiment.tasks import AbstractRound, Family, Task
@@ -54,8 +54,8 @@ def build(config) -> Task:
 
     # aggregation="size" weighs a client by its non-PAD targets, as the code behind Reddi et
     # al. 2021's numbers does (client_weight_fn = num_tokens)
-    return Task(round_batches, train.tokens, tasks.next_character_loss(model.apply),
-                tasks.make_text_evaluator(model.apply, test.x, test.y), model,
+    return Task(round_batches, train.tokens, losses.next_character_loss(model.apply),
+                losses.make_text_evaluator(model.apply, test.x, test.y), model,
                 (shakespeare.SEQUENCE_LENGTH,), shakespeare.VOCAB_SIZE,
                 config["local_steps"] or max_steps, 2 * 4 * shakespeare.SEQUENCE_LENGTH + 8,
                 {**info, "clients_used": int(config["num_clients"])})
@@ -86,7 +86,7 @@ def abstract(config, slots: int) -> AbstractRound:
         _, train, _, _ = load(config)
         k = shakespeare.max_local_steps(train.sizes, b, config["local_epochs"])
     windows = jax.ShapeDtypeStruct((slots, k, b, shakespeare.SEQUENCE_LENGTH), np.int32)
-    return AbstractRound(model, tasks.next_character_loss(model.apply),
+    return AbstractRound(model, losses.next_character_loss(model.apply),
                          (shakespeare.SEQUENCE_LENGTH,), k, (windows, windows),
                          None if config["local_steps"] else np.ones((slots, k), bool))
 

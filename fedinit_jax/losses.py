@@ -1,4 +1,4 @@
-"""The federated tasks: the clients' loss and the global evaluation.
+"""The losses and evaluators of the built-in tasks: the clients' loss and the global evaluation.
 
 Image classification:
 
