@@ -37,7 +37,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from fedinit_jax import execution, tree
 from fedinit_jax.checks import require
-from fedinit_jax.federated_round import Cohort, as_arrays, divergence_all, store
+from fedinit_jax.federated_round import Cohort, as_arrays, divergence_all, to_storage
 from fedinit_jax.types import FederatedAlgorithm, FedState, RoundInput
 
 CHUNK_ROWS = 4096  # rows streamed at once by divergence_all
@@ -55,8 +55,8 @@ def initial_row(algo: FederatedAlgorithm, params) -> Cohort:
     """One client's row before it is first sampled: w^0 and the correction's init state, in
     the runtime's storage dtype (leaves without the client axis; whether a client was
     sampled is its row's presence, not part of it)."""
-    return Cohort(store(algo.runtime, params),
-                  store(algo.runtime, algo.spec.correction.client.init(params)), None)
+    return Cohort(to_storage(algo.runtime, params),
+                  to_storage(algo.runtime, algo.spec.correction.client.init(params)), None)
 
 
 def run_round(algo: FederatedAlgorithm, state: FedState, client_rows, round_input: RoundInput,

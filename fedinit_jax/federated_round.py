@@ -109,13 +109,13 @@ def _floats_to(dtype, pytree):
         lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, pytree)
 
 
-def store(runtime: Runtime, pytree):
+def to_storage(runtime: Runtime, pytree):
     """Per-client state as FedState keeps it (runtime.client_state_dtype)."""
     dtype = runtime.client_state_dtype
     return pytree if dtype is None else _floats_to(dtype, pytree)
 
 
-def load(runtime: Runtime, pytree):
+def from_storage(runtime: Runtime, pytree):
     """Per-client state as the round computes with it (float32 when stored narrower)."""
     return pytree if runtime.client_state_dtype is None else _floats_to(jnp.float32, pytree)
 
@@ -151,10 +151,10 @@ def init_state(spec: RoundSpec, runtime: Runtime, params, num_clients: int) -> F
     correction = spec.correction
     state = FedState(
         params=params,
-        client_params=store(runtime, tree.stack(params, num_clients)),
+        client_params=to_storage(runtime, tree.stack(params, num_clients)),
         server_opt_state=spec.server_optimizer.init(params),
         server_state=correction.server.init(params),
-        client_state=store(runtime, tree.stack(correction.client.init(params), num_clients)),
+        client_state=to_storage(runtime, tree.stack(correction.client.init(params), num_clients)),
         beta=jnp.asarray(spec.beta, jnp.float32),
         rounds_done=jnp.zeros((), jnp.int32),
         client_visited=jnp.zeros((num_clients,), bool))
@@ -247,14 +247,14 @@ def train_clients(spec: RoundSpec, runtime: Runtime, state: FedState, cohort: "C
     skipped: by lax.cond one client at a time, by selection side by side (module doc).
     Returns (w_iK, p_i, losses, new client states, old client states), each [N, ...]."""
     w = state.params
-    old_clients = load(runtime, cohort.client_state)
+    old_clients = from_storage(runtime, cohort.client_state)
     beta = state.beta
     if spec.first_visit == "global":  # a client never sampled starts from w: no offset
         beta = beta * cohort.client_visited.astype(jnp.float32)
     # a client's key from its id, not its slot: where a client sits (data.spread) and how
     # many devices share the slots never change its randomness
     clients = ClientInput(
-        start=tree.relaxed_init(w, load(runtime, cohort.client_params), beta),
+        start=tree.relaxed_init(w, from_storage(runtime, cohort.client_params), beta),
         batches=round_input.batches,
         key=jax.vmap(jax.random.fold_in, (None, 0))(key, counted.ids), state=old_clients,
         step_mask=round_input.step_mask, real_steps=counted.real_steps, real=round_input.mask)
@@ -335,7 +335,7 @@ def cohort_round(spec: RoundSpec, runtime: Runtime, state: FedState, cohort: Coh
         spec, state, lr, counted, w_end, progress, new_clients, old_clients, num_clients)
     new_state = state._replace(params=w_new, server_opt_state=server_opt_state,
                                server_state=server_state, rounds_done=state.rounds_done + 1)
-    new_cohort = Cohort(store(runtime, w_end), store(runtime, new_clients),
+    new_cohort = Cohort(to_storage(runtime, w_end), to_storage(runtime, new_clients),
                         jnp.ones_like(cohort.client_visited))
     return new_state, new_cohort, round_metrics(losses, w_end, w_new, counted.mask)
 
@@ -399,7 +399,7 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, beta: float = 0.0
     spec = RoundSpec(loss_fn, correction, beta, delta_from,
                      optax.sgd(1.0) if server_optimizer is None else server_optimizer,
                      client_optimizer, clip_norm, weight_decay, first_visit)
-    return compile_algorithm(spec, runtime)
+    return algorithm_of(spec, runtime)
 
 
 def _keeps_state(optimizer) -> bool:
@@ -411,7 +411,7 @@ def _keeps_state(optimizer) -> bool:
     return any(x.shape == (3,) for x in jax.tree.leaves(state))  # not a step count
 
 
-def compile_algorithm(spec: RoundSpec, runtime: Runtime) -> FederatedAlgorithm:
+def algorithm_of(spec: RoundSpec, runtime: Runtime) -> FederatedAlgorithm:
     """The algorithm of `spec` under `runtime`: init, the jitted round as apply, lower."""
     check_runtime(runtime)
     mesh = strategies.client_mesh(runtime.num_devices)
@@ -454,7 +454,7 @@ def compile_algorithm(spec: RoundSpec, runtime: Runtime) -> FederatedAlgorithm:
                              f"allowed: {', '.join(Runtime._fields)}")
         if fields.get("execution", "chunked") != "chunked" and "chunk_size" not in fields:
             fields["chunk_size"] = None  # leaving chunked: its chunk size goes with it
-        return compile_algorithm(spec, (current if runtime is None else runtime)
+        return algorithm_of(spec, (current if runtime is None else runtime)
                                  ._replace(**fields))
 
     # C static, as the tables' row count is to apply: the same XLA program, bit for bit;

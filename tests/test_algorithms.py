@@ -203,7 +203,7 @@ def test_stateful_server_optimizer_with_global_ri_is_refused_and_why(linreg_roun
     algorithms.fedadam(linreg_loss)
     algorithms.fedadam(linreg_loss, beta=0.1, delta_from="start")
     from fedinit_jax.correction import NONE
-    from fedinit_jax.federated_round import RoundSpec, compile_algorithm
+    from fedinit_jax.federated_round import RoundSpec, algorithm_of
     from fedinit_jax.types import DEFAULT_RUNTIME
 
     # 20 clients of different linear targets, 5 a round, local progress small next to the
@@ -212,7 +212,7 @@ def test_stateful_server_optimizer_with_global_ri_is_refused_and_why(linreg_roun
     late_loss = {}
     for delta_from in ("start", "global"):
         spec = RoundSpec(linreg_loss, NONE, 0.1, delta_from, optax.adam(0.1), None, None, None)
-        algo = compile_algorithm(spec, DEFAULT_RUNTIME)
+        algo = algorithm_of(spec, DEFAULT_RUNTIME)
         state = algo.init({"w": np.zeros(10, np.float32), "b": np.zeros((), np.float32)}, 20)
         losses = []
         for t in range(120):
