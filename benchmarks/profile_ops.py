@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from benchmarks.round_speed import MEAN, STD, matmul_peak, round_data  # noqa: E402
+from benchmarks.timing import MEAN, STD, matmul_peak, round_data  # noqa: E402
 from experiments.results import markdown  # noqa: E402
 from fedinit_jax import algorithms, losses, models  # noqa: E402
 
