@@ -33,10 +33,11 @@ _MODULES = {
     "resnet18_gn": lambda n, **kw: ResNet18GN(num_classes=n, imagenet_stem=True, **kw),
     "resnet18_gn_cifar": lambda n, **kw: ResNet18GN(num_classes=n, imagenet_stem=False, **kw),
     "vgg11": lambda n, **kw: VGG11Net(num_classes=n, **kw),
-    "mlp": lambda n, conv=None, **kw: MLP(num_classes=n, **kw),
-    "linear": lambda n, conv=None, **kw: MLP(num_classes=n, hidden_layers=0, **kw),
-    "lstm": lambda n, conv=None, **kw: CharLSTM(vocab_size=n, **kw),
+    "mlp": lambda n, **kw: MLP(num_classes=n, **kw),
+    "linear": lambda n, **kw: MLP(num_classes=n, hidden_layers=0, **kw),
+    "lstm": lambda n, **kw: CharLSTM(vocab_size=n, **kw),
 }
+CONV_MODELS = ("cnn", "resnet18_gn", "resnet18_gn_cifar", "vgg11")  # they take `conv`
 SEQUENCE_MODELS = ("lstm",)  # inputs are token ids [B, T], outputs logits [B, T, V]
 WIDTH_MODELS = ("cnn", "mlp")  # models that take a `width` multiplier
 NAMES = tuple(_MODULES)
@@ -45,15 +46,19 @@ NAMES = tuple(_MODULES)
 def get(name: str, num_classes: int, *, conv: str = "auto", **kwargs) -> Model:
     """The model `name` (one of NAMES) as a pure (init, apply) pair.
 
-    conv: 'auto' (on CPU per conv the fastest matmul form, `conv.cpu_conv`; XLA's
-    elsewhere), 'xla', 'fast' or 'im2col' (models/conv.py); forward values agree to float
-    rounding.
+    conv: how the convolutional models (CONV_MODELS) compute a convolution: 'auto' (on CPU
+    per conv the fastest matmul form, `conv.cpu_conv`; XLA's elsewhere), 'xla', 'fast' or
+    'im2col' (models/conv.py); forward values agree to float rounding. The other models have
+    no convolution and take no such module argument (the option changes nothing for them).
     """
     if name not in _MODULES:
         raise ValueError(f"model={name!r} is unknown; available: {', '.join(NAMES)}")
     if not isinstance(num_classes, int) or num_classes < 2:
         raise ValueError(f"num_classes={num_classes!r} must be an int >= 2")
-    module = _MODULES[name](num_classes, conv=conv_fn(conv), **kwargs)
+    convolution = conv_fn(conv)  # checked for every model: a misspelling is always an error
+    if name in CONV_MODELS:
+        kwargs["conv"] = convolution
+    module = _MODULES[name](num_classes, **kwargs)
 
     def init(key, input_shape):
         return module.init(key, jnp.zeros((1, *input_shape), jnp.float32))["params"]
