@@ -27,8 +27,8 @@ def test_the_worked_family_registers_and_trains(tmp_path, monkeypatch):
     synthetic = _docs_family()
     monkeypatch.setattr(tasks, "REGISTRY", dict(tasks.REGISTRY))  # register() into a copy
     tasks.register("my_synthetic", synthetic.FAMILY)
-    config = quiet_config(dataset="my_synthetic", algorithm="fedinit", dirichlet_alpha=1.0,
-                          category_noise=1.0, batch_size=20, rounds=8, eval_every=4)
+    config = quiet_config(dataset="my_synthetic", algorithm="fedinit", batch_size=20, rounds=8,
+                          eval_every=4, task={"my_synthetic": {"alpha": 1.0}})  # beta: its default
     with pytest.raises(ValueError, match="config.model='cnn': synthetic takes 'mlp'"):
         experiment.validate({**config, "model": "cnn"})  # the family's own check, no data
     # the data is FedProx's construction: labels are the argmax of each client's own model
@@ -41,7 +41,10 @@ def test_the_worked_family_registers_and_trains(tmp_path, monkeypatch):
     plan = synthetic.abstract(config, 2)
     assert [b.shape for b in batches] == [b.shape for b in plan.batches] and step_mask is None
     assert task.steps == plan.steps == batches[0].shape[1]
+    assert tasks.own_fields(config) == {"alpha": 1.0, "beta": 1.0}
     rows = simulation.run(config, str(tmp_path / "run"), **QUIET)
+    recorded = experiment.saved_config(str(tmp_path / "run" / "config.json"))
+    assert recorded["task"] == {"my_synthetic": {"alpha": 1.0, "beta": 1.0}}
     accuracy = [r["test_accuracy"] for r in rows if "test_accuracy" in r]
     assert len(rows) == 8 and len(accuracy) == 2
     assert accuracy[-1] > max(accuracy[0], 0.2)  # it learns (chance: 0.1)
@@ -68,3 +71,26 @@ def test_the_core_imports_none_of_the_experiment_machinery():
              "matplotlib", "sklearn", "tqdm", "experiments", "fedinit_jax.experiment")
     assert [m for m in loaded if m.startswith(extra)] == []
     assert "fedinit_jax.federated_round" in loaded  # the probe did import the core
+
+
+def test_a_familys_own_fields_are_checked_and_old_synthetic_configs_resolve():
+    """config.task.<dataset>.<field>: a field the family does not declare, or another
+    dataset's field changed, is refused by name; a synthetic config saved before families
+    had fields (alpha, beta in dirichlet_alpha, category_noise) resolves to its values."""
+    with pytest.raises(ValueError, match="config.task.synthetic.gamma=1.0: not a field of the "
+                                         "'synthetic' family \\(its fields: alpha, beta\\)"):
+        experiment.validate(quiet_config(dataset="synthetic", model="linear",
+                                         task={"synthetic": {"gamma": 1.0}}))
+    with pytest.raises(ValueError, match="config.task.synthetic.alpha=2.0: a field of the "
+                                         "'synthetic' family, but config.dataset is 'digits'"):
+        experiment.validate(experiment.resolve(  # as the run resolves, then validates
+            quiet_config(task={"synthetic": {"alpha": 2.0, "beta": 1.0}})))
+    with pytest.raises(ValueError, match="config.task.synthetic.beta=-1.0"):
+        experiment.validate(quiet_config(dataset="synthetic", model="linear",
+                                         task={"synthetic": {"alpha": 1.0, "beta": -1.0}}))
+    old = {k: v for k, v in quiet_config(dataset="synthetic").items() if k != "task"}
+    old.update(dirichlet_alpha=0.5, category_noise=2.0)
+    new = quiet_config(dataset="synthetic", task={"synthetic": {"alpha": 0.5, "beta": 2.0}})
+    assert experiment.resolve(old) == experiment.resolve(new)
+    assert experiment.resolve(new)["task"] == {"synthetic": {"alpha": 0.5, "beta": 2.0}}
+    assert experiment.resolve(quiet_config())["task"] == {}  # digits: no fields of its own

@@ -23,8 +23,8 @@ def get_config():
     c = default.get_config()
     c.dataset = "synthetic"
     c.model = "linear"              # FedProx's multinomial logistic regression
-    c.dirichlet_alpha = 1.0         # Synthetic's alpha (how much the clients' models differ)
-    c.category_noise = 1.0          # Synthetic's beta (how much their inputs differ)
+    c.task.synthetic.alpha = 1.0    # how much the clients' models differ
+    c.task.synthetic.beta = 1.0     # how much their inputs differ
     c.num_clients = config_dict.FieldReference(1_000_000)
     c.participation = CLIENTS_PER_ROUND / c.get_ref("num_clients").to_float()
     c.client_store = "host"

@@ -10,6 +10,7 @@ import ml_collections
 from ml_collections import config_dict
 
 from fedinit_jax import algorithms
+from fedinit_jax.experiment import tasks
 
 
 def get_config():
@@ -31,6 +32,8 @@ def get_config():
     c.client_noise = 0.0            # client-based RGB strength (data/noise.py)
     c.category_noise = 0.0          # category-based brightness (data/noise.py)
     c.augment = False               # flip + padded crop (CIFAR); off for 8x8 digits
+    # a dataset family's own fields, task.<dataset>.<field> (e.g. task.synthetic.alpha)
+    c.task = ml_collections.ConfigDict(tasks.field_defaults())
     # model
     c.model = "mlp"
     c.model_width = 1.0             # cnn / mlp width multiplier

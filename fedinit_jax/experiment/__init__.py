@@ -43,14 +43,37 @@ def saved_config(path: str) -> dict:
     return resolve({**ADDED_FIELDS, **workdir.read_json(path)})
 
 
+def _task_fields(config) -> dict:
+    """resolve's `task` (and the two fields an old synthetic config used for it)."""
+    changed = {}
+    if "task" not in config and config["dataset"] == "synthetic" and "dirichlet_alpha" in config:
+        changed = {"task": {"synthetic": {"alpha": config["dirichlet_alpha"],
+                                          "beta": config["category_noise"]}},
+                   "dirichlet_alpha": 0.1, "category_noise": 0.0}  # default.py's values
+        config = {**config, **changed}
+    family = tasks.family(config["dataset"])
+    own = {config["dataset"]: tasks.own_fields(config)} if family.fields else {}
+    for dataset, given in (config.get("task") or {}).items():  # another family's fields:
+        known = tasks.REGISTRY.get(dataset)                      # kept when not its defaults,
+        if dataset not in own and (known is None or {**known.fields, **given} != dict(
+                known.fields)):                                  # so validate refuses them
+            own[dataset] = dict(given)
+    return {**changed, "task": own}
+
+
 def resolve(config) -> dict:
     """The config with the values that decide the numbers made explicit, as config.json
     records them: each hyperparameter the algorithm takes that is None at its builder's
     default (beta 0.1 for FedInit, 0 for the others), lr_decay None at the algorithm's
     paper decay. Hyperparameters the algorithm does not take stay None (not applicable).
-    A config already resolved, or of an unknown algorithm (refused later), is returned as
-    it is."""
+    `task` holds the fields of the config's own dataset family only, at their values
+    (tasks.own_fields); a config saved before families had fields of their own ran the
+    synthetic family with alpha = dirichlet_alpha and beta = category_noise, and resolves
+    to that. A config already resolved, or of an unknown algorithm (refused later), is
+    returned as it is."""
     config = dict(config)
+    if "dataset" in config:
+        config.update(_task_fields(config))
     entry = algorithms.REGISTRY.get(config.get("algorithm"))
     if entry is None:
         return config
@@ -99,6 +122,22 @@ def accepted_hparams(name: str) -> set:
     return set(algorithms.REGISTRY[name].defaults)
 
 
+def _check_task_fields(config) -> None:
+    """config.task.<dataset>.<field>: only the fields a family declares, and only its own
+    dataset's changed from their defaults (another family's would change nothing)."""
+    for dataset, given in (config.get("task") or {}).items():
+        declared = dict(tasks.family(dataset).fields) if dataset in tasks.REGISTRY else {}
+        for name, value in (given or {}).items():
+            if name not in declared:
+                _fail(f"task.{dataset}.{name}", value,
+                      f"not a field of the {dataset!r} family (its fields: "
+                      f"{', '.join(declared) or 'none'})")
+            if dataset != config["dataset"] and value != declared[name]:
+                _fail(f"task.{dataset}.{name}", value,
+                      f"a field of the {dataset!r} family, but config.dataset is "
+                      f"{config['dataset']!r}: it would change nothing")
+
+
 def validate(config) -> None:
     """ValueError naming the first bad field; checks what can be checked without data."""
     _choice(config, "algorithm", tuple(algorithms.REGISTRY))
@@ -115,6 +154,7 @@ def validate(config) -> None:
     _choice(config, "execution", ("auto",) + execution.STRATEGIES)
     _choice(config, "aggregation", AGGREGATIONS)
     _choice(config, "client_store", CLIENT_STORES)
+    _check_task_fields(config)
     _number(config, "seed", 0, SEED_MAX, integer=True)
     for field in ("rounds", "num_clients", "local_epochs", "batch_size", "eval_every",
                   "keep_checkpoints"):

@@ -10,8 +10,13 @@ binaries look the family up here instead of branching on dataset names:
 
 A new dataset family is one module and one `register(name, FAMILY)` call
 (docs/tasks.md's worked example, which tests/test_tasks.py registers and trains).
+
+A family's own config fields (Synthetic's alpha and beta) are `Family.fields` with their
+defaults; a config holds them under config.task.<dataset>.<field> (`--config.task.synthetic.
+alpha=0.5`), and `own_fields(config)` gives the run's values.
 """
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -60,13 +65,16 @@ class Family(NamedTuple):
     build(config) -> Task.  check(config): ValueError("config.<field>...") for what can be
     refused without the data (called by experiment.validate).  abstract(config, slots) ->
     AbstractRound.  natural_split: the label of the data's own partition ("roles"), or None
-    when the config's partition (iid / dirichlet / pathological) splits it.
+    when the config's partition (iid / dirichlet / pathological) splits it.  fields: the
+    family's own config fields and their defaults ({"alpha": 1.0, "beta": 1.0}), read with
+    own_fields(config).
     """
 
     build: Callable[[Any], Task]
     check: Callable[[Any], None]
     abstract: Callable[[Any, int], AbstractRound]
     natural_split: str | None = None
+    fields: Any = MappingProxyType({})
 
 
 REGISTRY: dict[str, Family] = {}
@@ -89,6 +97,19 @@ def family(dataset: str) -> Family:
     from fedinit_jax.experiment.tasks import images
 
     return REGISTRY.get(dataset, images.FAMILY)
+
+
+def field_defaults() -> dict:
+    """{dataset: {field: default}} of every registered family with fields of its own: what a
+    config file's `task` holds (experiments/configs/default.py)."""
+    return {name: dict(f.fields) for name, f in REGISTRY.items() if f.fields}
+
+
+def own_fields(config) -> dict:
+    """The values of the config's dataset family's own fields: config.task.<dataset> over
+    the family's defaults."""
+    dataset = config["dataset"]
+    return {**family(dataset).fields, **((config.get("task") or {}).get(dataset) or {})}
 
 
 def _register_builtin():

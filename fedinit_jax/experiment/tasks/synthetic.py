@@ -4,10 +4,9 @@ size C is built but the [C] client sizes.
 
 Client k: u_k ~ N(0, alpha), W_k ~ N(u_k, 1) [10 x 60], b_k ~ N(u_k, 1); B_k ~ N(0, beta),
 v_k ~ N(B_k, 1); x ~ N(v_k, diag(j^-1.2)), y = argmax(W_k x + b_k), 100 examples, 80 to train
-on. The test set is the other 20 examples of the first 500 clients (10,000 examples). alpha is
-config.dirichlet_alpha and beta config.category_noise (docs/tasks.md; the config has no
-fields of a family's own yet). FedProx's model is multinomial logistic regression:
-config.model "linear" (or "mlp").
+on. The test set is the other 20 examples of the first 500 clients (10,000 examples). alpha and
+beta are the family's own fields, config.task.synthetic.alpha and .beta (default 1, 1).
+FedProx's model is multinomial logistic regression: config.model "linear" (or "mlp").
 
     python -m experiments.train --config experiments/configs/cross_device.py --workdir /tmp/xd
 """
@@ -17,7 +16,7 @@ import numpy as np
 import optax
 
 from fedinit_jax import checks, data, models
-from fedinit_jax.experiment.tasks import AbstractRound, Family, Task
+from fedinit_jax.experiment.tasks import AbstractRound, Family, Task, own_fields
 
 FEATURES, CLASSES, PER_CLIENT, TRAIN = 60, 10, 100, 80
 TEST_CLIENTS = 500
@@ -37,8 +36,9 @@ def client_data(client_id: int, alpha: float, beta: float, seed: int):
 
 
 def _cohort(ids, config):
-    xs, ys = zip(*(client_data(i, config["dirichlet_alpha"], config["category_noise"],
-                               config["seed"]) for i in np.asarray(ids).tolist()))
+    fields = own_fields(config)
+    xs, ys = zip(*(client_data(i, fields["alpha"], fields["beta"], config["seed"])
+                   for i in np.asarray(ids).tolist()))
     return np.stack(xs), np.stack(ys)
 
 
@@ -90,10 +90,12 @@ def check(config) -> None:
     if config["batch_size"] > TRAIN:
         checks.fail("config.batch_size", config["batch_size"],
                     f"a synthetic client has {TRAIN} training examples: at most {TRAIN}")
-    if config["partition"] != "dirichlet" or config["client_noise"] or config["augment"]:
-        checks.fail("config.partition", config["partition"], "the synthetic clients are "
-                    "their own split: keep partition=dirichlet, client_noise=0, augment=False "
-                    "(dirichlet_alpha and category_noise are Synthetic's alpha and beta)")
+    for name, value in own_fields(config).items():
+        checks.check_number(f"config.task.synthetic.{name}", value, 0.0)
+    if config["client_noise"] or config["category_noise"] or config["augment"]:
+        checks.fail("config.client_noise", config["client_noise"], "the synthetic clients "
+                    "are their own split with their own input shift (task.synthetic.beta): "
+                    "keep client_noise=0, category_noise=0, augment=False")
 
 
 def abstract(config, slots: int) -> AbstractRound:
@@ -105,4 +107,5 @@ def abstract(config, slots: int) -> AbstractRound:
         model.apply, p, *batch)[0], (FEATURES,), k, batches, None)
 
 
-FAMILY = Family(build=build, check=check, abstract=abstract, natural_split="synthetic")
+FAMILY = Family(build=build, check=check, abstract=abstract, natural_split="synthetic",
+                fields={"alpha": 1.0, "beta": 1.0})
