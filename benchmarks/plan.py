@@ -136,7 +136,7 @@ def round_parts(config: dict, devices: int):
     from fedinit_jax.experiment import tasks
 
     config = {**config, "num_devices": devices, "execution": "vmap"}
-    n = experiment.clients_per_round(config)
+    n = experiment.client_slots(config)
     parts = tasks.family(config["dataset"]).abstract(config, n)
     algo = algorithms.get(config["algorithm"], parts.loss_fn, **experiment.algorithm_kwargs(config),
                           runtime=Runtime(execution="vmap", num_devices=devices, donate_state=True,

@@ -49,7 +49,7 @@ def test_paper_presets_are_valid(key):
     E|S| that splits over the devices."""
     config = paper.get_config("-".join(key)).to_dict()
     experiment.validate(config)
-    slots = experiment.clients_per_round(config)  # the static bound on a Bernoulli |S|
+    slots = experiment.client_slots(config)  # the static bound on a Bernoulli |S|
     assert slots > experiment.expected_clients(config) and slots % len(jax.devices()) == 0
 
 

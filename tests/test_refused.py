@@ -107,6 +107,6 @@ def test_the_memory_check_builds_no_round_input(monkeypatch):
 
     first = experiment.first_round_input(config, task._replace(round_batches=recording))
     assert sizes == [1]
-    n = experiment.clients_per_round(config)
+    n = experiment.client_slots(config)
     assert all(isinstance(x, jax.ShapeDtypeStruct) and x.shape[0] == n
                for x in jax.tree.leaves(first.batches))

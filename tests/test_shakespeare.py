@@ -351,7 +351,7 @@ def test_presets_are_valid_configs(preset):
     config = presets.get_config(preset)
     experiment.validate(config)
     assert config.dataset == "shakespeare" and config.model == "lstm"
-    assert experiment.clients_per_round(config) == 10
+    assert experiment.client_slots(config) == 10
     # the code behind the published 56.9% weighs clients by their targets; cpu: uniform
     assert config.aggregation == {"cpu": "uniform", "paper": "size"}[preset]
     with pytest.raises(ValueError, match="preset"):

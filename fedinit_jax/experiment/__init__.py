@@ -95,7 +95,7 @@ class Experiment(NamedTuple):
     algorithm: FederatedAlgorithm
     init_params: Any
     num_classes: int
-    clients_per_round: int  # N, the static client axis (Bernoulli: the bound on |S|)
+    client_slots: int       # N, the static client axis (Bernoulli: the bound on |S|)
     steps_per_round: int    # K (algorithm.runtime: how its round runs)
     data_info: dict         # what data it was built from (Task.data_info)
     client_store: str       # device | host | disk (config.client_store, auto resolved)
@@ -215,7 +215,7 @@ def expected_clients(config) -> int:
     return max(1, int(round(config["participation"] * config["num_clients"])))
 
 
-def clients_per_round(config) -> int:
+def client_slots(config) -> int:
     """N, the static client axis: round(participation * C) (fixed), or the static bound on a
     Bernoulli |S| (data/participation.py); rounded up to a multiple of config.num_devices
     when set, the extra slots masked (padded) as Bernoulli's are."""
@@ -256,7 +256,7 @@ def runtime(config) -> Runtime:
 def num_devices(config) -> int:
     """config.num_devices, or (0) the most devices that split the clients evenly; a
     multi-process run shards over every process's devices (0: all of them, padded)."""
-    n, available = clients_per_round(config), len(jax.devices())
+    n, available = client_slots(config), len(jax.devices())
     if jax.process_count() > 1 and config["num_devices"] not in (0, available):
         _fail("num_devices", config["num_devices"],
               f"a run of {jax.process_count()} processes shards the clients over all their "
@@ -308,7 +308,7 @@ def build(config, client_store=None, log=None) -> Experiment:
             store = "host" if jax.process_count() == 1 else "disk"  # host: one process's
             reason = f"not on the device: {err}"
     return Experiment(task.round_batches, task.client_sizes, task.evaluate, algo, init_params,
-                      task.num_classes, clients_per_round(config), task.steps, task.data_info,
+                      task.num_classes, client_slots(config), task.steps, task.data_info,
                       store, reason)
 
 
@@ -361,7 +361,7 @@ def _check_cohort_memory(config, algo, model, example_shape, device_error) -> No
     """Before the clients go to host memory (client_store auto): the device must still hold
     the model's copies and one round's cohort rows; else the device's refusal stands."""
     state = _state_costs(algo, model, example_shape)
-    need = clients_per_round(config) * state.per_client_bytes + 16 * 4 * state.d
+    need = client_slots(config) * state.per_client_bytes + 16 * 4 * state.d
     available = available_memory()
     if available is not None and need > available:
         raise device_error
@@ -370,12 +370,12 @@ def _check_cohort_memory(config, algo, model, example_shape, device_error) -> No
 def _check_round_input_size(config, task: tasks.Task) -> None:
     """ValueError naming the field before a round input that cannot fit the host is built:
     N clients x K steps x B examples x (example + label + batch index bytes)."""
-    need = clients_per_round(config) * task.steps * config["batch_size"] * task.example_bytes
+    need = client_slots(config) * task.steps * config["batch_size"] * task.example_bytes
     available = host_memory()
     if available is not None and need > available // 2:
         field = "local_steps" if config["local_steps"] else "local_epochs"
         _fail(field, config[field],
-              f"a round's input needs {need / 2**30:.3g} GiB ({clients_per_round(config)} "
+              f"a round's input needs {need / 2**30:.3g} GiB ({client_slots(config)} "
               f"clients x K={task.steps:,} steps x B={config['batch_size']} examples x "
               f"{task.example_bytes} bytes) but the host has {available / 2**30:.1f} GiB "
               "available (half of it may be used)")
@@ -393,7 +393,7 @@ def first_round_input(config, task: tasks.Task) -> RoundInput:
     (jax.ShapeDtypeStruct: nothing of the N x K x B input is built on the host before the
     compiled round is known to fit). The shapes come from one real client, the largest, so
     that masked epochs take their largest K; every slot real."""
-    n = clients_per_round(config)
+    n = client_slots(config)
     largest = np.argsort(-np.asarray(task.client_sizes), kind="stable")
     ids = largest[np.arange(n) % config["num_clients"]].astype(np.int32)
     # a mask as the loop's rounds have one (simulation._sample): Bernoulli, or fixed N padded

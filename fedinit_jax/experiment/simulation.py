@@ -466,7 +466,7 @@ def _write_run_info(exp, config, workdir, log):
         "num_params": sum(int(x.size) for x in jax.tree.leaves(exp.init_params)),
         "num_classes": exp.num_classes,
         "clients_per_round": experiment.expected_clients(config),
-        "client_slots": exp.clients_per_round,
+        "client_slots": exp.client_slots,
         "participation_mode": config["participation_mode"],
         "local_steps": exp.steps_per_round, "backend": jax.default_backend(),
         "execution": exp.algorithm.runtime.execution,
@@ -566,14 +566,14 @@ def _sample(exp, config, t, log):
     if config["participation_mode"] == "fixed":
         ids = data.sample_clients(rng, config["num_clients"],
                                   experiment.expected_clients(config))
-        if ids.size == exp.clients_per_round:
+        if ids.size == exp.client_slots:
             return ids, None
-        return data.pad(ids, exp.clients_per_round)  # slots to a multiple of the devices
+        return data.pad(ids, exp.client_slots)  # slots to a multiple of the devices
     ids = data.sample_bernoulli(rng, config["num_clients"], config["participation"])
-    if ids.size > exp.clients_per_round:
+    if ids.size > exp.client_slots:
         log(f"round {t + 1}: {ids.size} clients sampled, more than the static bound "
-            f"{exp.clients_per_round}; this round is padded further (one more compilation)")
-    return data.pad(ids, exp.clients_per_round)
+            f"{exp.client_slots}; this round is padded further (one more compilation)")
+    return data.pad(ids, exp.client_slots)
 
 
 def _train_round(exp, config, state, clients, t, root_key, decay, last_checkpoint, log,
