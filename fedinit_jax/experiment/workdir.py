@@ -194,6 +194,14 @@ def rewrite_metrics(workdir: str, rows) -> None:
                  lambda f: f.writelines(json.dumps(row) + "\n" for row in rows))
 
 
+def _close(handle) -> None:
+    """Close a log; a failure to flush was already reported by its last write."""
+    try:
+        handle.close()
+    except OSError:
+        pass
+
+
 class MetricsLog:
     """Appends one row per round to metrics.jsonl, flushed each round."""
 
@@ -207,10 +215,7 @@ class MetricsLog:
             self._file.flush()
 
     def close(self):
-        try:
-            self._file.close()
-        except OSError:
-            pass  # the error was reported by write()
+        _close(self._file)  # an error was reported by write()
 
 
 TRAIN_LOG = "train.log"
@@ -257,10 +262,7 @@ class TrainLog:
             self._file.flush()
 
     def close(self):
-        try:
-            self._file.close()
-        except OSError:
-            pass
+        _close(self._file)
 
 
 class ScalarLog:
@@ -290,7 +292,4 @@ class ScalarLog:
             self._writer.flush()
 
     def close(self):
-        try:
-            self._writer.close()
-        except OSError:
-            pass
+        _close(self._writer)
