@@ -7,7 +7,7 @@ import numpy as np
 
 from benchmarks.timing import Timed, time_round_robin
 from benchmarks.torch_twins import torch_lstm_round
-from fedinit_jax import RoundInput, algorithms, losses, models
+from fedinit_jax import RoundInput, algorithms, losses, models, with_runtime
 
 # windows per client of the Shakespeare-shaped round: sizes that differ by 20x, as roles do
 LSTM_SIZES = (2, 3, 5, 8, 12, 16, 20, 25, 32, 40)
@@ -40,7 +40,7 @@ class LstmRound(Timed):
         params = model.init(jax.random.key(0), (80,))
         loss = losses.next_character_loss(model.apply)
         self.algo = algorithms.get("fedavg", loss, weight_decay=0.0, clip_norm=0.0)
-        self.algo = self.algo.with_runtime(execution=execution, num_devices=num_devices)
+        self.algo = with_runtime(self.algo, execution=execution, num_devices=num_devices)
         self.state = self.algo.init(params, num_clients=len(inp.client_ids))
         self.inp = inp
         self.first_round()

@@ -154,7 +154,7 @@ def plan(spec: str, devices: int, utilization: float) -> dict:
     """One preset on D devices: sizes, XLA's memory account per device, FLOPs, predictions."""
     import jax
 
-    from fedinit_jax import experiment
+    from fedinit_jax import experiment, with_runtime
 
     config = load_config(spec)
     algo, params, inp, k, n = round_parts(config, devices)
@@ -162,10 +162,10 @@ def plan(spec: str, devices: int, utilization: float) -> dict:
     state = jax.eval_shape(lambda p: algo.init(p, c), params)
     key = jax.random.key(0)
     t0 = time.perf_counter()
-    compiled = algo.lower(state, inp, key).compile()
+    compiled = algo.apply.lower(state, inp, key).compile()
     compile_seconds = time.perf_counter() - t0
     account = experiment.round_memory(compiled)
-    unsharded = algo.with_runtime(execution="vmap", num_devices=None)
+    unsharded = with_runtime(algo, execution="vmap", num_devices=None)
     flops = matmul_flops(jax.make_jaxpr(unsharded.apply)(state, inp, key).jaxpr) / devices
     d = sum(math.prod(x.shape) for x in jax.tree.leaves(params))
     # the [C, ...] client tables in the round's arguments (its outputs alias them): what a

@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 
 from benchmarks.timing import MEAN, STD, matmul_peak, round_data  # noqa: E402
 from experiments.results import markdown  # noqa: E402
-from fedinit_jax import algorithms, losses, models  # noqa: E402
+from fedinit_jax import algorithms, losses, models, with_runtime  # noqa: E402
 
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (\S+?)(?:\{[^}]*\})? ([\w\-]+)\((.*)$")
 _SHAPE = re.compile(r"\[([\d,]*)\]")
@@ -107,7 +107,7 @@ def profile(model_name, conv, steps, batch):
     model = models.get(model_name, 10, conv=conv)
     params = model.init(jax.random.key(0), (32, 32, 3))
     loss = losses.classification_loss(model.apply, MEAN, STD, augment=True)
-    algo = algorithms.get("fedavg", loss).with_runtime(execution="sequential")
+    algo = with_runtime(algorithms.get("fedavg", loss), execution="sequential")
     state = algo.init(params, num_clients=1)
     inp = round_data(1, steps, batch)
     compiled = jax.jit(algo.apply).lower(state, inp, jax.random.key(1)).compile()

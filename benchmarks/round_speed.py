@@ -53,7 +53,7 @@ from benchmarks.timing import (  # noqa: E402
 )
 from benchmarks.torch_twins import torch_evaluation, torch_round  # noqa: E402
 from experiments.results import markdown  # noqa: E402
-from fedinit_jax import RoundInput, algorithms, data, losses, models, replicas  # noqa: E402
+from fedinit_jax import RoundInput, algorithms, data, losses, models, replicas, with_runtime  # noqa: E402
 from fedinit_jax.experiment import round_memory  # noqa: E402
 from fedinit_jax.experiment.tasks.images import CHANNEL_STATS  # noqa: E402
 
@@ -65,7 +65,7 @@ class LibraryRound(Timed):
                  width=1.0, **hparams):
         model = image_model(model_name, conv, width)
         params = model.init(jax.random.key(0), (32, 32, 3))
-        self.algo = algorithms.get(algorithm, image_loss(model), **hparams).with_runtime(
+        self.algo = with_runtime(algorithms.get(algorithm, image_loss(model), **hparams),
             execution=execution, chunk_size=chunk, num_devices=num_devices)
         self.state = self.algo.init(params, num_clients=len(inp.client_ids))
         self.inp = inp
@@ -207,7 +207,7 @@ class ReplicaRounds:
     def __init__(self, model_name, betas, execution, inp, width=1.0):
         model = image_model(model_name, "auto", width)
         params = model.init(jax.random.key(0), (32, 32, 3))
-        algo = algorithms.get("fedavg", image_loss(model)).with_runtime(execution=execution)
+        algo = with_runtime(algorithms.get("fedavg", image_loss(model)), execution=execution)
         self.states = replicas.init(algo, params, len(inp.client_ids), betas=betas)
         self.apply, self.inp = replicas.make_apply(algo, shared_input=True), inp
         self.keys = jax.random.split(jax.random.key(1), len(betas))
@@ -291,12 +291,13 @@ def memory_table(args):
     inp = round_data(n, args.steps, args.batch)
     model = image_model(args.model, "auto", args.width)
     params = model.init(jax.random.key(0), (32, 32, 3))
-    algo = algorithms.get("fedavg", image_loss(model)).with_runtime(execution="sequential")
+    algo = with_runtime(algorithms.get("fedavg", image_loss(model)), execution="sequential")
     state = jax.eval_shape(lambda p: algo.init(p, num_clients=args.state_clients), params)
     state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))
     rows = []
     for donate in (False, True):
-        lowered = algo.with_runtime(donate_state=donate).lower(state, inp, jax.random.key(1))
+        lowered = with_runtime(algo, donate_state=donate).apply.lower(state, inp,
+                                                                    jax.random.key(1))
         compiled = lowered.compile()
         m, total = compiled.memory_analysis(), round_memory(compiled)["peak"]
         rows.append(["donated" if donate else "not donated", mib(state_bytes),

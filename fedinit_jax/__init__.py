@@ -25,11 +25,11 @@ from fedinit_jax.correction import (
     ServerInput,
     compose,
 )
-from fedinit_jax.federated_round import Cohort, RoundSpec, build_algorithm
+from fedinit_jax.federated_round import Cohort, RoundSpec, build_algorithm, with_runtime
 from fedinit_jax.types import Costs, FederatedAlgorithm, FedState, RoundInput, Runtime
 
 __all__ = ["algorithms", "replicas", "client_store", "Cohort", "build_algorithm", "check_round_input", "check_state",
            "Correction", "ClientCorrection", "ServerCorrection", "ServerInput", "LocalContext",
            "compose", "Costs", "FederatedAlgorithm", "FedState", "RoundInput", "RoundSpec",
-           "Runtime"]
+           "Runtime", "with_runtime"]
 __version__ = "0.1.0"

@@ -37,7 +37,13 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from fedinit_jax import execution, tree
 from fedinit_jax.checks import require
-from fedinit_jax.federated_round import Cohort, as_arrays, divergence_all, to_storage
+from fedinit_jax.federated_round import (
+    Cohort,
+    apply_cohort,
+    as_arrays,
+    divergence_all,
+    to_storage,
+)
 from fedinit_jax.types import FederatedAlgorithm, FedState, RoundInput
 
 CHUNK_ROWS = 4096  # rows streamed at once by divergence_all
@@ -79,7 +85,7 @@ def run_round(algo: FederatedAlgorithm, state: FedState, client_rows, round_inpu
     if jax.process_count() > 1:
         return _run_round_processes(algo, state, client_rows, round_input, key, ids, real, read)
     cohort = client_rows.gather(read)
-    state, new_cohort, metrics = algo.apply_cohort(state, cohort, round_input, key,
+    state, new_cohort, metrics = apply_cohort(algo, state, cohort, round_input, key,
                                                    client_rows.num_clients)
     kept = np.flatnonzero(real)
     client_rows.scatter(ids[kept], jax.tree.map(lambda x: x[kept], new_cohort))
@@ -105,7 +111,7 @@ def _run_round_processes(algo, state, client_rows, round_input, key, ids, real, 
     cohort = jax.tree.map(lambda x: jax.make_array_from_callback(
         (n, *x.shape[1:]), sharding, lambda index: x[at[np.arange(n)[index[0]]]]), local)
     client_rows.journal(ids[real])  # before the round's collectives, so before any write
-    state, new_cohort, metrics = algo.apply_cohort(state, cohort, round_input, key,
+    state, new_cohort, metrics = apply_cohort(algo, state, cohort, round_input, key,
                                                    client_rows.num_clients)
     kept = real[mine]
     client_rows.write_rows(ids[mine][kept], jax.tree.map(

@@ -412,7 +412,8 @@ def _keeps_state(optimizer) -> bool:
 
 
 def algorithm_of(spec: RoundSpec, runtime: Runtime) -> FederatedAlgorithm:
-    """The algorithm of `spec` under `runtime`: init, the jitted round as apply, lower."""
+    """The algorithm of `spec` under `runtime`: init, and the jitted round as apply, which,
+    as a jax.jit function does, has `apply.lower` (the round lowered ahead of time)."""
     check_runtime(runtime)
     mesh = strategies.client_mesh(runtime.num_devices)
     donate = (0,) if runtime.donate_state else ()
@@ -444,19 +445,6 @@ def algorithm_of(spec: RoundSpec, runtime: Runtime) -> FederatedAlgorithm:
                                                                 sharding=replicated), state)
         return jitted_round.lower(state, as_arrays(round_input), key)
 
-    current = runtime
-
-    def with_runtime(runtime: Runtime | None = None, **fields) -> FederatedAlgorithm:
-        """This algorithm under `runtime`, or under its own with `fields` replaced."""
-        unknown = sorted(set(fields) - set(Runtime._fields))
-        if unknown:
-            raise ValueError(f"with_runtime: {', '.join(unknown)} not runtime options; "
-                             f"allowed: {', '.join(Runtime._fields)}")
-        if fields.get("execution", "chunked") != "chunked" and "chunk_size" not in fields:
-            fields["chunk_size"] = None  # leaving chunked: its chunk size goes with it
-        return algorithm_of(spec, (current if runtime is None else runtime)
-                                 ._replace(**fields))
-
     # C static, as the tables' row count is to apply: the same XLA program, bit for bit;
     # with a mesh the new rows stay split over it (a process reads its own slots' rows)
     jitted_cohort = jax.jit(functools.partial(cohort_round, spec, runtime), static_argnums=4,
@@ -464,16 +452,35 @@ def algorithm_of(spec: RoundSpec, runtime: Runtime) -> FederatedAlgorithm:
                                 replicated, NamedSharding(mesh, PartitionSpec("clients")),
                                 replicated)}))
 
-    def apply_cohort(state: FedState, cohort: Cohort, round_input: RoundInput, key,
-                     num_clients: int):
-        """One round on the cohort's rows (cohort_round; pure, jittable): (state, cohort,
-        round_input, key, C) -> (state, new cohort, metrics); C a Python int."""
+    def cohort(state: FedState, cohort: Cohort, round_input: RoundInput, key, num_clients):
         return jitted_cohort(place(state), cohort, as_arrays(round_input), key,
                              int(num_clients))
 
+    apply.lower, apply.cohort = lower, cohort
     return FederatedAlgorithm(init=functools.partial(init_state, spec, runtime), apply=apply,
-                              lower=lower, runtime=runtime, with_runtime=with_runtime,
-                              spec=spec, apply_cohort=apply_cohort)
+                              spec=spec, runtime=runtime)
+
+
+def with_runtime(algo: FederatedAlgorithm, runtime: Runtime | None = None,
+                 **fields) -> FederatedAlgorithm:
+    """`algo` under `runtime`, or under its own runtime with `fields` replaced (how the
+    round runs, never what it computes)."""
+    unknown = sorted(set(fields) - set(Runtime._fields))
+    if unknown:
+        raise ValueError(f"with_runtime: {', '.join(unknown)} not runtime options; "
+                         f"allowed: {', '.join(Runtime._fields)}")
+    if fields.get("execution", "chunked") != "chunked" and "chunk_size" not in fields:
+        fields["chunk_size"] = None  # leaving chunked: its chunk size goes with it
+    return algorithm_of(algo.spec, (algo.runtime if runtime is None else runtime)
+                        ._replace(**fields))
+
+
+def apply_cohort(algo: FederatedAlgorithm, state: FedState, cohort: Cohort,
+                 round_input: RoundInput, key, num_clients: int):
+    """One round of `algo` on the cohort's rows (cohort_round, jit-compiled; pure):
+    (state, cohort, round_input, key, C) -> (state, new cohort, metrics); C a Python int.
+    For a federation whose per-client state lives in a ClientStore (client_store.py)."""
+    return algo.apply.cohort(state, cohort, round_input, key, num_clients)
 
 
 def as_arrays(round_input: RoundInput) -> RoundInput:

@@ -99,7 +99,7 @@ class Costs(NamedTuple):
 class Runtime(NamedTuple):
     """How a round runs, never what it computes (the numbers agree up to float rounding and
     the storage dtype of the client state). Given to a builder (`runtime=`) or to
-    `algo.with_runtime(...)`.
+    `fedinit_jax.with_runtime(algo, ...)`.
 
     execution: "vmap" (clients side by side), "sequential" (one after another, lax.map) or
       "chunked" (chunk_size clients at a time); execution.py.
@@ -123,33 +123,28 @@ DEFAULT_RUNTIME = Runtime()
 
 
 class FederatedAlgorithm(NamedTuple):
-    """The pair (init, apply) of an algorithm, and how it runs.
+    """The pair (init, apply) of an algorithm, and what describes it.
 
     init(params, num_clients) -> FedState.
     apply(state, round_input, key) -> (state, metrics): one round, pure and jit-compiled;
       it checks nothing on the host, so it composes with a user's own jax.jit, lax.scan and
       vmap. Host-side checks are a separate, explicit step: check_state(algo, state) once
       after init or a restore, check_round_input(algo, state, round_input) per round
-      (federated_round.py); the binaries call both.
-    lower(state, round_input, key) -> the round lowered ahead of time (state and batches may
-      be jax.ShapeDtypeStruct): `.compile()` tells its memory per device and its FLOPs
-      before anything runs (benchmarks/plan.py; the binaries refuse a round that cannot fit).
-    runtime: the Runtime it runs under.
-    with_runtime(runtime=None, **fields) -> the same algorithm under another Runtime (a
-      Runtime, or fields of this one replaced).
+      (checks.py); the binaries call both. As a jax.jit function, it has
+      `apply.lower(state, round_input, key)`: the round lowered ahead of time (state and
+      batches may be jax.ShapeDtypeStruct), whose `.compile()` tells its memory per device
+      and its FLOPs before anything runs (benchmarks/plan.py; the binaries refuse a round
+      that cannot fit).
     spec: what the round computes (federated_round.RoundSpec: loss, correction, beta,
       delta_from, optimizers, clip, weight decay).
-    apply_cohort(state, cohort, round_input, key, num_clients) -> (state, cohort, metrics):
-      the same round on the sampled clients' rows only (federated_round.Cohort, [N, ...]),
-      for a federation whose per-client state lives in a ClientStore (client_store.py).
-    What an algorithm communicates and stores is the registry's (algorithms.REGISTRY[name]
-    .costs).
+    runtime: the Runtime it runs under; `fedinit_jax.with_runtime(algo, ...)` gives the
+      same algorithm under another.
+    The same round on the sampled clients' rows only, for a federation whose per-client
+    state lives in a ClientStore: federated_round.apply_cohort(algo, ...). What an
+    algorithm communicates and stores: algorithms.REGISTRY[name].costs, fedinit_jax.costs.
     """
 
     init: Callable[..., FedState]
     apply: Callable[[FedState, RoundInput, Array], tuple[FedState, dict]]
-    lower: Callable[[FedState, RoundInput, Array], Any]
-    runtime: Runtime
-    with_runtime: Callable[..., "FederatedAlgorithm"]
     spec: Any
-    apply_cohort: Callable[..., tuple] = None
+    runtime: Runtime

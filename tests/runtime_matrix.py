@@ -135,11 +135,11 @@ def run_case(case, runtime):
     import jax
     import jax.numpy as jnp
 
-    from fedinit_jax import algorithms
+    from fedinit_jax import algorithms, with_runtime
 
     # FedAdam + RI: the authors' aggregation (its server optimizer refuses `global`)
     start = {"delta_from": "start"} if case["algorithm"] == "fedadam" else {}
-    algo = algorithms.get(case["algorithm"], _loss, beta=0.1, **start).with_runtime(**runtime)
+    algo = with_runtime(algorithms.get(case["algorithm"], _loss, beta=0.1, **start), **runtime)
     state = algo.init({"w": jnp.asarray([0.3, -0.2, 0.1]), "b": jnp.asarray(0.05)}, NUM_CLIENTS)
     history = []
     for t, inp in enumerate(round_inputs(case)):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import linreg_loss, params_from
 
-from fedinit_jax import RoundInput, algorithms, client_store
+from fedinit_jax import RoundInput, algorithms, client_store, with_runtime
 from fedinit_jax.federated_round import divergence_all
 
 THETA0 = np.array([0.3, -0.2, 0.1, 0.05])
@@ -47,7 +47,7 @@ def test_every_store_equals_the_state_tables(tmp_path, name, runtime):
         pytest.skip("needs 2 XLA devices")
     name, _, first = name.partition("-")
     options = {"first_visit": "global"} if first else {}
-    algo = algorithms.get(name, linreg_loss, beta=0.1, **options).with_runtime(**runtime)
+    algo = with_runtime(algorithms.get(name, linreg_loss, beta=0.1, **options), **runtime)
     params = params_from(THETA0)
     dense = algo.init(params, C)
     stores = _stores(algo, params, C, tmp_path)
@@ -74,7 +74,7 @@ def test_a_million_clients_cost_their_cohort(tmp_path):
     """C = 1,000,000: the host and disk stores hold the sampled clients' rows only, and the
     rounds give what a federation of 64 gives on the same ids (FedInit's numbers do not
     depend on C), bit for bit."""
-    algo = algorithms.fedinit(linreg_loss).with_runtime(execution="sequential")
+    algo = with_runtime(algorithms.fedinit(linreg_loss), execution="sequential")
     params = params_from(THETA0)
     big = 1_000_000
     small = algo.init(params, 64)

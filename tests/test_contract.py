@@ -7,7 +7,7 @@ import pytest
 from conftest import counting, linreg_loss, with_ri
 
 from experiments import metrics
-from fedinit_jax import RoundInput, algorithms, losses, models
+from fedinit_jax import RoundInput, algorithms, losses, models, with_runtime
 
 NUM_CLIENTS, N, K, B = 4, 2, 2, 4
 
@@ -30,7 +30,7 @@ def cnn_task():
 def _run(name, loss_fn, params, rounds, **runtime):
     counting_loss, traces = counting(loss_fn)
 
-    algo = algorithms.get(name, counting_loss, **with_ri(name)).with_runtime(**runtime)
+    algo = with_runtime(algorithms.get(name, counting_loss, **with_ri(name)), **runtime)
     state = algo.init(params, num_clients=NUM_CLIENTS)
     spec = jax.tree.map(lambda x: (x.shape, x.dtype), state)
     counts, history = [], []

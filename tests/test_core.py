@@ -15,7 +15,7 @@ from conftest import (
 )
 from numpy_reference import simulate
 
-from fedinit_jax import RoundInput, Runtime, algorithms, check_round_input
+from fedinit_jax import RoundInput, Runtime, algorithms, check_round_input, with_runtime
 
 
 @pytest.mark.parametrize("delta_from", ["global", "start"])
@@ -63,7 +63,7 @@ def test_never_sampled_client_starts_from_relaxed_initial_model(theta0):
         return linreg_loss(params, batch, key)
 
     beta = 0.3
-    algo = algorithms.fedinit(recording_loss, beta=beta).with_runtime(execution="sequential")
+    algo = with_runtime(algorithms.fedinit(recording_loss, beta=beta), execution="sequential")
     state = algo.init(params_from(theta0), num_clients=4)
     x = np.ones((1, 1, 2, 3), np.float32)
     y = np.zeros((1, 1, 2), np.float32)
@@ -77,7 +77,7 @@ def test_never_sampled_client_starts_from_relaxed_initial_model(theta0):
 @pytest.mark.parametrize("execution, chunk", [("sequential", None), ("chunked", 2)])
 def test_execution_strategies_agree(linreg_rounds, theta0, execution, chunk):
     ref_state, ref_hist = run(algorithms.fedinit(linreg_loss), theta0, linreg_rounds)
-    state, hist = run(algorithms.fedinit(linreg_loss).with_runtime(execution=execution,
+    state, hist = run(with_runtime(algorithms.fedinit(linreg_loss), execution=execution,
                                                                  chunk_size=chunk),
                       theta0, linreg_rounds)
     for x, y in zip(jax.tree.leaves(ref_state), jax.tree.leaves(state)):
@@ -94,12 +94,12 @@ def test_two_devices_match_one(linreg_rounds, theta0, execution):
     two_client_rounds = [(ids[:2], xs[:2], ys[:2], lr) for ids, xs, ys, lr in linreg_rounds]
     counting_loss, traces = counting(linreg_loss)
 
-    sharded = algorithms.fedinit(counting_loss).with_runtime(execution=execution, num_devices=2)
-    one, h1 = run(algorithms.fedinit(linreg_loss).with_runtime(execution=execution), theta0,
+    sharded = with_runtime(algorithms.fedinit(counting_loss), execution=execution, num_devices=2)
+    one, h1 = run(with_runtime(algorithms.fedinit(linreg_loss), execution=execution), theta0,
                   two_client_rounds)
     two, h2 = run(sharded, theta0, two_client_rounds[:1])
     first = len(traces)
-    sharded = algorithms.fedinit(counting_loss).with_runtime(execution=execution, num_devices=2)
+    sharded = with_runtime(algorithms.fedinit(counting_loss), execution=execution, num_devices=2)
     two, h2 = run(sharded, theta0, two_client_rounds)
     assert len(traces) == 2 * first  # one trace per run, not per round
     for x, y in zip(jax.tree.leaves(one), jax.tree.leaves(two)):
@@ -108,19 +108,19 @@ def test_two_devices_match_one(linreg_rounds, theta0, execution):
 
 
 def test_uneven_split_over_devices_is_refused(linreg_rounds, theta0):
-    algo = algorithms.fedinit(linreg_loss).with_runtime(num_devices=2)
+    algo = with_runtime(algorithms.fedinit(linreg_loss), num_devices=2)
     state = algo.init(params_from(theta0), num_clients=NUM_CLIENTS)
     ids, xs, ys, lr = linreg_rounds[0]  # 3 clients
     with pytest.raises(ValueError, match="split evenly"):
         check_round_input(algo, state, RoundInput(ids, (xs, ys), lr))
     with pytest.raises(ValueError, match="num_devices"):
-        algorithms.fedinit(linreg_loss).with_runtime(num_devices=64)
+        with_runtime(algorithms.fedinit(linreg_loss), num_devices=64)
 
 
 def test_one_trace_for_three_rounds_and_stable_state(linreg_rounds, theta0):
     counting_loss, traces = counting(linreg_loss)
 
-    algo = algorithms.fedinit(counting_loss).with_runtime(execution="sequential")
+    algo = with_runtime(algorithms.fedinit(counting_loss), execution="sequential")
     state = algo.init(params_from(theta0), num_clients=NUM_CLIENTS)
     spec = jax.tree.map(lambda x: (x.shape, x.dtype), state)
     counts = []
@@ -161,7 +161,7 @@ def test_bad_builder_arguments(kwargs, field):
 ])
 def test_bad_runtime_options(runtime, field):
     with pytest.raises(ValueError, match=field):
-        algorithms.fedinit(linreg_loss).with_runtime(**runtime)
+        with_runtime(algorithms.fedinit(linreg_loss), **runtime)
     if "devices" not in runtime:  # a Runtime has no such field
         with pytest.raises(ValueError, match=field):  # the same check, given to the builder
             algorithms.fedinit(linreg_loss, runtime=Runtime(**runtime))
@@ -208,7 +208,7 @@ def test_bf16_client_state_is_float32_engine_with_rounded_storage(linreg_rounds,
     every round; and it takes half the bytes. FedDyn's server reads every client's stored
     h_i, this round's rows already rounded (the reference rounds them after the round), so
     it agrees to bf16 precision only."""
-    narrow = algorithms.get(name, linreg_loss, beta=0.1).with_runtime(
+    narrow = with_runtime(algorithms.get(name, linreg_loss, beta=0.1),
         client_state_dtype="bfloat16")
     wide = algorithms.get(name, linreg_loss, beta=0.1)
     state = narrow.init(params_from(theta0), num_clients=NUM_CLIENTS)
@@ -275,7 +275,7 @@ def test_donated_state_gives_the_same_rounds_and_is_consumed(linreg_rounds, thet
     zeros at init) are separate buffers, so donating them is allowed."""
     params = params_from(theta0)
     plain = algorithms.get(name, linreg_loss, **with_ri(name))
-    donating = algorithms.get(name, linreg_loss, **with_ri(name)).with_runtime(donate_state=True)
+    donating = with_runtime(algorithms.get(name, linreg_loss, **with_ri(name)), donate_state=True)
     a = plain.init(params, num_clients=5)
     b = donating.init(params, num_clients=5)
     for t, (ids, xs, ys, lr) in enumerate(linreg_rounds):

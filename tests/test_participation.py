@@ -17,7 +17,7 @@ from conftest import (
 )
 from numpy_reference import simulate
 
-from fedinit_jax import RoundInput, algorithms, check_round_input, data
+from fedinit_jax import RoundInput, algorithms, check_round_input, data, with_runtime
 
 SLOTS = 5  # the static client axis; every round below samples fewer
 ROUND_IDS = ([3], [0, 1, 2, 4], [1, 3], [0, 1, 2, 3])  # |S| = 1, 4, 2, 4 of C = 5
@@ -68,8 +68,8 @@ VARYING = [c for c in CASES if c[1].get("rho", 1.0) > 0] + [("fedavg", {}, {})]
 @pytest.mark.parametrize("name, hparams, ref_kwargs", VARYING, ids=[c[0] for c in VARYING])
 def test_varying_participation_matches_reference(varying_rounds, theta0, name, hparams,
                                                  ref_kwargs, delta_from, execution):
-    algo = algorithms.get(name, linreg_loss, clip_norm=1.0, weight_decay=1e-3, **hparams,
-                          **ri_options(name, 0.1, delta_from)).with_runtime(execution=execution)
+    algo = with_runtime(algorithms.get(name, linreg_loss, clip_norm=1.0, weight_decay=1e-3, **hparams,
+                          **ri_options(name, 0.1, delta_from)), execution=execution)
     state, history = run_inputs(algo, theta0, padded(varying_rounds))
     ref = simulate(name, theta0, NUM_CLIENTS, varying_rounds, beta=0.1, delta_from=delta_from,
                    clip=1.0, wd=1e-3, **ref_kwargs)
@@ -80,7 +80,7 @@ def test_varying_participation_matches_reference(varying_rounds, theta0, name, h
 
 def test_bound_never_changes_the_result(varying_rounds, theta0):
     """The same rounds padded to 5 or 8 slots, and a full mask against no mask."""
-    algo = algorithms.scaffold(linreg_loss, beta=0.1).with_runtime(execution="sequential")
+    algo = with_runtime(algorithms.scaffold(linreg_loss, beta=0.1), execution="sequential")
     a, ha = run_inputs(algo, theta0, padded(varying_rounds, 5, fill=0.0))
     b, hb = run_inputs(algo, theta0, padded(varying_rounds, 8, fill=7.0))
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
@@ -129,7 +129,7 @@ def test_pad_grows_past_the_bound_instead_of_dropping():
 def test_two_devices_with_padded_slots(varying_rounds, theta0):
     """shard_map over 2 devices with masked slots (lax.cond in each shard) = the reference."""
     algo = algorithms.scaffold(linreg_loss, beta=0.1, clip_norm=1.0, weight_decay=1e-3)
-    algo = algo.with_runtime(execution="sequential", num_devices=2)
+    algo = with_runtime(algo, execution="sequential", num_devices=2)
     state, history = run_inputs(algo, theta0, padded(varying_rounds, 6))
     ref = simulate("scaffold", theta0, NUM_CLIENTS, varying_rounds, beta=0.1, clip=1.0, wd=1e-3)
     assert_matches(state, history, ref)
@@ -171,8 +171,8 @@ def test_a_clients_randomness_follows_its_id_not_its_slot(varying_rounds, theta0
                                 inp.mask[order]))
     assert any(not np.array_equal(a.client_ids, b.client_ids) for a, b in zip(dealt, compact))
     algo = algorithms.fedinit(noisy_linreg_loss, beta=0.1)
-    one = run_inputs(algo.with_runtime(execution="sequential"), theta0, compact)
-    two = run_inputs(algo.with_runtime(execution="sequential", num_devices=2), theta0, dealt)
+    one = run_inputs(with_runtime(algo, execution="sequential"), theta0, compact)
+    two = run_inputs(with_runtime(algo, execution="sequential", num_devices=2), theta0, dealt)
     for a, b in zip(jax.tree.leaves(one[0]), jax.tree.leaves(two[0])):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
     for a, b in zip(one[1], two[1]):

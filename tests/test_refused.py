@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest import QUIET, linreg_loss, quiet_config
 
-from fedinit_jax import Runtime, algorithms, experiment
+from fedinit_jax import Runtime, algorithms, experiment, with_runtime
 from fedinit_jax.experiment import simulation, tasks
 
 SHAKESPEARE = {**quiet_config(), "dataset": "shakespeare", "model": "lstm"}
@@ -22,8 +22,8 @@ SHAKESPEARE = {**quiet_config(), "dataset": "shakespeare", "model": "lstm"}
 def test_runtime_options_that_would_be_ignored_are_refused(runtime, says):
     with pytest.raises(ValueError, match=says):
         algorithms.fedinit(linreg_loss, runtime=runtime)
-    chunked = algorithms.fedinit(linreg_loss).with_runtime(execution="chunked", chunk_size=2)
-    assert chunked.with_runtime(execution="vmap").runtime.chunk_size is None
+    chunked = with_runtime(algorithms.fedinit(linreg_loss), execution="chunked", chunk_size=2)
+    assert with_runtime(chunked, execution="vmap").runtime.chunk_size is None
 
 
 @pytest.mark.parametrize("name, says", [

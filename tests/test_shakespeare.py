@@ -17,7 +17,15 @@ from conftest import (
     write_plays,
 )
 
-from fedinit_jax import RoundInput, Runtime, algorithms, check_round_input, losses, models
+from fedinit_jax import (
+    RoundInput,
+    Runtime,
+    algorithms,
+    check_round_input,
+    losses,
+    models,
+    with_runtime,
+)
 from fedinit_jax.data import shakespeare as sh
 from fedinit_jax.experiment import fetch, simulation
 
@@ -93,7 +101,7 @@ def test_masked_steps_change_nothing(linreg_rounds, theta0, name, execution):
     decay, SCAFFOLD's K eta_l, FedDyn's pull and SMOO's mu would all move on a real step);
     skipped by lax.cond (sequential) or by selection (vmap)."""
     algo = algorithms.get(name, linreg_loss, beta=0.1, weight_decay=1e-2, clip_norm=1.0)
-    algo = algo.with_runtime(execution=execution)
+    algo = with_runtime(algo, execution=execution)
     plain, padded = (algo.init(params_from(theta0), num_clients=NUM_CLIENTS) for _ in "ab")
     for t, (ids, xs, ys, lr) in enumerate(linreg_rounds):
         garbage = np.float32(1e3)

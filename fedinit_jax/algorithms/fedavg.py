@@ -47,7 +47,7 @@ def fedavg(loss_fn, *, server_lr: float = 1.0, server_optimizer=None, client_opt
       carried into w, which is what "global" avoids when most sampled clients are new
       (cross-device federations: docs/algorithms.md, "First visit").
     runtime: how the round runs (fedinit_jax.Runtime), never what it computes; or later
-      with `algo.with_runtime(execution="sequential")`.
+      with `fedinit_jax.with_runtime(algo, execution="sequential")`.
     correction: the plug-in the other builders are made of (not an option of theirs).
     """
     check_number("server_lr", server_lr, 0.0, low_open=True)

@@ -425,7 +425,7 @@ def check_compiled_round(config, algo, init_params, task) -> None:
     per device against the device's limit (GPU/TPU), or, on CPU, devices x account against
     the host's available memory."""
     state = jax.eval_shape(lambda p: algo.init(p, config["num_clients"]), init_params)
-    compiled = algo.lower(state, first_round_input(config, task), jax.random.key(0)).compile()
+    compiled = algo.apply.lower(state, first_round_input(config, task), jax.random.key(0)).compile()
     account = round_memory(compiled)
     available = available_memory()
     on_host = jax.default_backend() == "cpu"
