@@ -176,13 +176,20 @@ def test_divergence_guard_exits_3_keeping_checkpoint_and_metrics(tmp_path):
                    "--config.clip_norm=0.0")
     assert result.returncode == 3, result.stderr[-500:]
     _check_divergence_kept_good_rounds(tmp_path, result.stderr)
+    last = (tmp_path / "train.log").read_text().splitlines()[-1]  # the run's end, in its log
+    assert last.split(" ", 1)[1].startswith("summary: diverged; round "), last
 
 
 def test_divergence_guard_after_good_rounds(tmp_path):
     """beta = 5 diverges only after some good rounds: those rows and checkpoints stay."""
+    logged = []
     with pytest.raises(simulation.NonFiniteError) as err:
-        simulation.run(quiet_config(beta=5.0, rounds=40), str(tmp_path), **QUIET)
+        simulation.run(quiet_config(beta=5.0, rounds=40), str(tmp_path), log=logged.append,
+                       progress=False)
     _check_divergence_kept_good_rounds(tmp_path, str(err.value))
+    done = len(open(tmp_path / "metrics.jsonl").readlines())  # the good rounds, then:
+    assert logged[-1].startswith(f"summary: diverged; round {done}/40 (rounds 1-{done} in "
+                                 "this run); test_accuracy "), logged[-1]
 
 
 def test_every_registered_algorithm_runs_through_the_loop_and_report(tmp_path):
