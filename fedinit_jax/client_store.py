@@ -1,5 +1,5 @@
 """Where the per-client state lives: a ClientStore gathers the cohort's rows before a round
-and scatters the new ones after; the round (algo.apply_cohort) reads and writes nothing else,
+and scatters the new ones after; the round (federated_round.apply_cohort) reads and writes nothing else,
 so it costs what its N sampled clients cost, whatever the federation's size C.
 
     store = client_store.HostStore(algo, params, num_clients=1_000_000)
@@ -68,7 +68,7 @@ def initial_row(algo: FederatedAlgorithm, params) -> Cohort:
 def run_round(algo: FederatedAlgorithm, state: FedState, client_rows, round_input: RoundInput,
               key):
     """One round on a federation held in `client_rows` (a ClientStore): gather the sampled
-    clients' rows, algo.apply_cohort, scatter the real clients' new rows.
+    clients' rows, apply_cohort, scatter the real clients' new rows.
     Returns (state, metrics).
 
     In a multi-process run (every process calls it with the same inputs) each process
