@@ -105,8 +105,9 @@ def test_the_memory_check_builds_no_round_input(monkeypatch):
         sizes.append(len(ids))
         return task.round_batches(ids, rng)
 
-    first = experiment.first_round_input(config, task._replace(round_batches=recording))
+    plan = experiment.plan(config)
+    first = experiment.first_round_input(plan, task._replace(round_batches=recording))
     assert sizes == [1]
-    n = experiment.client_slots(config)
+    n = plan.client_slots
     assert all(isinstance(x, jax.ShapeDtypeStruct) and x.shape[0] == n
                for x in jax.tree.leaves(first.batches))

@@ -9,8 +9,11 @@ TensorBoard, tqdm, matplotlib, scikit-learn).
 
 `validate(config)` checks every field (types, ranges, names, cross-field rules) and raises
 ValueError("config.<field>=...: what is allowed") before anything is loaded or compiled.
-`build(config)` returns the Experiment the host loop (simulation.py) runs. The config is any
-mapping with the keys of experiments/configs/default.py (an ml_collections ConfigDict there).
+`plan(config)` resolves the config once (`resolve`: the values that decide the numbers
+written out), validates it and computes what follows from it (the runtime, the client slots
+N, E|S|, the lr decay, the builder's arguments); `build(plan)` loads the data and returns the
+Experiment the host loop (simulation.py) runs. The config is any mapping with the keys of
+experiments/configs/default.py (an ml_collections ConfigDict there).
 """
 import time
 from collections.abc import Callable
@@ -88,6 +91,28 @@ def resolve(config) -> dict:
 AGGREGATIONS = ("uniform", "size")  # the server's mean over S: 1 / |S|, or n_i / sum_S n_j
 
 
+class Plan(NamedTuple):
+    """A config resolved once, before any data (plan(config)): what the build, its memory
+    checks and the run loop receive instead of recomputing them from the config."""
+
+    config: dict            # resolve()d and validate()d
+    family: Any             # the dataset's tasks.Family
+    runtime: Runtime        # how the round runs: execution resolved, devices chosen
+    client_slots: int       # N, the static client axis (Bernoulli: the bound on |S|)
+    expected_clients: int   # E|S|, round(participation * C)
+    local_lr_decay: float   # eta_l's decay per round
+    algorithm_kwargs: dict  # the algorithm builder's arguments
+
+
+def plan(config) -> Plan:
+    """The Plan of a config: resolved (resolve), validated (validate: ValueError naming the
+    first bad field), and what follows from it computed once."""
+    config = resolve(config)
+    validate(config)
+    return Plan(config, tasks.family(config["dataset"]), runtime(config), client_slots(config),
+                expected_clients(config), local_lr_decay(config), algorithm_kwargs(config))
+
+
 class Experiment(NamedTuple):
     round_batches: Callable  # (client ids, rng) -> (batches [N, K, B, ...], step_mask or None)
     client_sizes: np.ndarray  # [C] examples (images) or targets (text) per client, "size"
@@ -95,7 +120,7 @@ class Experiment(NamedTuple):
     algorithm: FederatedAlgorithm
     init_params: Any
     num_classes: int
-    client_slots: int       # N, the static client axis (Bernoulli: the bound on |S|)
+    plan: Plan              # the config resolved once (plan.client_slots: N, ...)
     steps_per_round: int    # K (algorithm.runtime: how its round runs)
     data_info: dict         # what data it was built from (Task.data_info)
     client_store: str       # device | host | disk (config.client_store, auto resolved)
@@ -269,12 +294,14 @@ def num_devices(config) -> int:
     return max(d for d in range(1, available + 1) if n % d == 0)
 
 
-def build(config, client_store=None, log=None) -> Experiment:
-    """Load and split the data, build the model, the loss and the algorithm; client_store
-    (the one a resumed run recorded) replaces config.client_store="auto". log(line), if
-    given, hears of each slow step (the data, the round's compilation) with its time."""
+def build(run_plan, client_store=None, log=None) -> Experiment:
+    """Load and split the data, build the model, the loss and the algorithm of a Plan (or of
+    a config, planned here); client_store (the one a resumed run recorded) replaces
+    config.client_store="auto". log(line), if given, hears of each slow step (the data, the
+    round's compilation) with its time."""
     log = log or (lambda line: None)
-    validate(config)
+    run_plan = run_plan if isinstance(run_plan, Plan) else plan(run_plan)
+    config = run_plan.config
     store = client_store if config["client_store"] == "auto" and client_store else (
         config["client_store"])
     if store == "host" and jax.process_count() > 1:
@@ -282,34 +309,33 @@ def build(config, client_store=None, log=None) -> Experiment:
               "be readable by whichever process is dealt it: a multi-process run keeps its "
               "clients on the device or on disk in the shared workdir (device, disk or auto)")
     began = time.perf_counter()
-    task = tasks.family(config["dataset"]).build(config)
+    task = run_plan.family.build(config)
     log(f"data ready: {config['dataset']} over {config['num_clients']:,} clients "
         f"({time.perf_counter() - began:.1f} s to load, decode and split)")
     if not isinstance(task, tasks.Task):
         raise ValueError(f"config.dataset={config['dataset']!r}: its task family's build "
                          f"returned {type(task).__name__}, not a tasks.Task")
-    algo = algorithms.get(config["algorithm"], task.loss_fn, runtime=runtime(config),
-                          **algorithm_kwargs(config))
+    algo = algorithms.get(config["algorithm"], task.loss_fn, runtime=run_plan.runtime,
+                          **run_plan.algorithm_kwargs)
     init_params = task.model.init(jax.random.key(config["seed"]), task.input_shape)
-    _check_round_input_size(config, task)
+    _check_round_input_size(run_plan, task)
     reason = "config.client_store"
     if store in ("device", "auto"):
         try:  # the whole [C, ...] tables on the device, and the round compiled around them
             _check_memory(config, task.model, task.input_shape, algo)
             began = time.perf_counter()
-            check_compiled_round(config, algo, init_params, task)
+            check_compiled_round(run_plan, algo, init_params, task)
             log(f"round compiled ({time.perf_counter() - began:.1f} s)")
             reason = "the tables and the compiled round fit" if store == "auto" else reason
             store = "device"
         except ValueError as err:
             if store == "device":
                 raise
-            _check_cohort_memory(config, algo, task.model, task.input_shape, err)
+            _check_cohort_memory(run_plan, algo, task.model, task.input_shape, err)
             store = "host" if jax.process_count() == 1 else "disk"  # host: one process's
             reason = f"not on the device: {err}"
     return Experiment(task.round_batches, task.client_sizes, task.evaluate, algo, init_params,
-                      task.num_classes, client_slots(config), task.steps, task.data_info,
-                      store, reason)
+                      task.num_classes, run_plan, task.steps, task.data_info, store, reason)
 
 
 def available_memory():
@@ -357,25 +383,26 @@ def _check_memory(config, model, example_shape, algo):
               "are available")
 
 
-def _check_cohort_memory(config, algo, model, example_shape, device_error) -> None:
+def _check_cohort_memory(run_plan, algo, model, example_shape, device_error) -> None:
     """Before the clients go to host memory (client_store auto): the device must still hold
     the model's copies and one round's cohort rows; else the device's refusal stands."""
     state = _state_costs(algo, model, example_shape)
-    need = client_slots(config) * state.per_client_bytes + 16 * 4 * state.d
+    need = run_plan.client_slots * state.per_client_bytes + 16 * 4 * state.d
     available = available_memory()
     if available is not None and need > available:
         raise device_error
 
 
-def _check_round_input_size(config, task: tasks.Task) -> None:
+def _check_round_input_size(run_plan, task: tasks.Task) -> None:
     """ValueError naming the field before a round input that cannot fit the host is built:
     N clients x K steps x B examples x (example + label + batch index bytes)."""
-    need = client_slots(config) * task.steps * config["batch_size"] * task.example_bytes
+    config, n = run_plan.config, run_plan.client_slots
+    need = n * task.steps * config["batch_size"] * task.example_bytes
     available = host_memory()
     if available is not None and need > available // 2:
         field = "local_steps" if config["local_steps"] else "local_epochs"
         _fail(field, config[field],
-              f"a round's input needs {need / 2**30:.3g} GiB ({client_slots(config)} "
+              f"a round's input needs {need / 2**30:.3g} GiB ({n} "
               f"clients x K={task.steps:,} steps x B={config['batch_size']} examples x "
               f"{task.example_bytes} bytes) but the host has {available / 2**30:.1f} GiB "
               "available (half of it may be used)")
@@ -388,17 +415,17 @@ def round_input(config, client_sizes, ids, mask, batches, step_mask, local_lr) -
     return RoundInput(ids, batches, np.float32(local_lr), mask, step_mask, sizes)
 
 
-def first_round_input(config, task: tasks.Task) -> RoundInput:
+def first_round_input(run_plan, task: tasks.Task) -> RoundInput:
     """A round input of the run's largest shapes and its dtypes, its batches abstract
     (jax.ShapeDtypeStruct: nothing of the N x K x B input is built on the host before the
     compiled round is known to fit). The shapes come from one real client, the largest, so
     that masked epochs take their largest K; every slot real."""
-    n = client_slots(config)
+    config, n = run_plan.config, run_plan.client_slots
     largest = np.argsort(-np.asarray(task.client_sizes), kind="stable")
     ids = largest[np.arange(n) % config["num_clients"]].astype(np.int32)
     # a mask as the loop's rounds have one (simulation._sample): Bernoulli, or fixed N padded
     # to a multiple of the devices; otherwise the first round would not reuse this compile
-    padded = (config["participation_mode"] == "bernoulli" or n != expected_clients(config))
+    padded = config["participation_mode"] == "bernoulli" or n != run_plan.expected_clients
     mask = np.ones(n, bool) if padded else None
     one, step_mask = task.round_batches(ids[:1], np.random.default_rng(0))
     batches = jax.tree.map(lambda x: jax.ShapeDtypeStruct((n, *x.shape[1:]), x.dtype), one)
@@ -419,13 +446,15 @@ def round_memory(compiled) -> dict:
     return account
 
 
-def check_compiled_round(config, algo, init_params, task) -> None:
+def check_compiled_round(run_plan, algo, init_params, task) -> None:
     """Compile the round ahead of time (the first round then reuses it) and refuse, naming a
     field, a run whose round does not fit the memory its devices have: XLA's own account
     per device against the device's limit (GPU/TPU), or, on CPU, devices x account against
     the host's available memory."""
+    config = run_plan.config
     state = jax.eval_shape(lambda p: algo.init(p, config["num_clients"]), init_params)
-    compiled = algo.apply.lower(state, first_round_input(config, task), jax.random.key(0)).compile()
+    compiled = algo.apply.lower(state, first_round_input(run_plan, task),
+                                jax.random.key(0)).compile()
     account = round_memory(compiled)
     available = available_memory()
     on_host = jax.default_backend() == "cpu"

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedinit_jax import algorithms, client_store, data, execution, experiment
+from fedinit_jax import algorithms, client_store, data, experiment
 from fedinit_jax.checks import check_inputs, check_round_input, check_state
 from fedinit_jax.experiment import checkpoint as checkpoint_lib
 from fedinit_jax.experiment import distributed
@@ -245,12 +245,12 @@ def run(config: dict, workdir: str, *, log=print, progress=None, fault=None) -> 
     config = experiment.resolve(config)  # config.json records what the run used
     with _StopRequest() as stop:  # from the start: a signal while loading or compiling
         distributed.agree(config, workdir)  # every process: the same run, before any work
-        experiment.validate(config)
+        plan = experiment.plan(config)  # validated, and what follows from it: once
         primary = distributed.is_primary()
         early = workdir_lib.EarlyLog(log if primary else _silent)  # train.log's first lines
         recorded = _recorded_store(workdir)  # auto resumes where the run kept its clients
-        early(_start_line(config, workdir, recorded))
-        exp = experiment.build(config, recorded, log=early)  # loads, compiles: timed lines
+        early(_start_line(plan, workdir, recorded))
+        exp = experiment.build(plan, recorded, log=early)  # loads, compiles: timed lines
         lock = train_log = None
         log = _silent
         if primary:  # a bad config or data is refused above, before anything is written
@@ -275,9 +275,9 @@ def run(config: dict, workdir: str, *, log=print, progress=None, fault=None) -> 
                 lock.release()
 
 
-def _start_line(config, workdir, recorded) -> str:
+def _start_line(plan, workdir, recorded) -> str:
     """The run's first line: processes, devices, execution, client store, workdir."""
-    devices = experiment.num_devices(config)
+    config = plan.config
     backend = jax.default_backend()
     store = config["client_store"]
     if store == "auto":
@@ -285,8 +285,8 @@ def _start_line(config, workdir, recorded) -> str:
                  "auto (device if the tables and the compiled round fit: decided after "
                  "compiling)")
     return (f"fedinit_jax: {jax.process_count()} process(es), {len(jax.devices())} {backend} "
-            f"device(s), the round on {devices}; execution "
-            f"{execution.resolve(config['execution'])}; client store {store}; "
+            f"device(s), the round on {plan.runtime.num_devices}; execution "
+            f"{plan.runtime.execution}; client store {store}; "
             f"{config['algorithm']} on {config['dataset']}, {config['rounds']} rounds; "
             f"workdir {os.path.abspath(workdir)}")
 
@@ -359,7 +359,7 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop, done)
         raise
     done.update(rows=rows, start=start)
     stop.last_checkpoint = checkpointer.latest_round()
-    decay = experiment.local_lr_decay(config)
+    decay = exp.plan.local_lr_decay
     rounds = config["rounds"]
     root_key = jax.random.fold_in(jax.random.key(config["seed"]), 1)
     outputs = None
@@ -465,8 +465,8 @@ def _write_run_info(exp, config, workdir, log):
         "num_devices_history": history,
         "num_params": sum(int(x.size) for x in jax.tree.leaves(exp.init_params)),
         "num_classes": exp.num_classes,
-        "clients_per_round": experiment.expected_clients(config),
-        "client_slots": exp.client_slots,
+        "clients_per_round": exp.plan.expected_clients,
+        "client_slots": exp.plan.client_slots,
         "participation_mode": config["participation_mode"],
         "local_steps": exp.steps_per_round, "backend": jax.default_backend(),
         "execution": exp.algorithm.runtime.execution,
@@ -564,16 +564,15 @@ def _sample(exp, config, t, log):
     the static bound (data/participation.py)."""
     rng = np.random.default_rng([config["seed"], 1, t])
     if config["participation_mode"] == "fixed":
-        ids = data.sample_clients(rng, config["num_clients"],
-                                  experiment.expected_clients(config))
-        if ids.size == exp.client_slots:
+        ids = data.sample_clients(rng, config["num_clients"], exp.plan.expected_clients)
+        if ids.size == exp.plan.client_slots:
             return ids, None
-        return data.pad(ids, exp.client_slots)  # slots to a multiple of the devices
+        return data.pad(ids, exp.plan.client_slots)  # slots to a multiple of the devices
     ids = data.sample_bernoulli(rng, config["num_clients"], config["participation"])
-    if ids.size > exp.client_slots:
+    if ids.size > exp.plan.client_slots:
         log(f"round {t + 1}: {ids.size} clients sampled, more than the static bound "
-            f"{exp.client_slots}; this round is padded further (one more compilation)")
-    return data.pad(ids, exp.client_slots)
+            f"{exp.plan.client_slots}; this round is padded further (one more compilation)")
+    return data.pad(ids, exp.plan.client_slots)
 
 
 def _train_round(exp, config, state, clients, t, root_key, decay, last_checkpoint, log,
