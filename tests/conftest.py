@@ -227,6 +227,26 @@ def quiet_config(**changes):
 QUIET = {"log": lambda line: None, "progress": False}  # simulation.run without output
 
 
+class InjectedFault(Exception):
+    """Raised by fault_then_resume's fault callback: the run dies there."""
+
+
+def fault_then_resume(config, workdir, point):
+    """simulation.run of `config` killed at `point` ("<fault point>:<round>", in-process: the
+    loop's fault callback raises), then the same run again, which resumes."""
+    from fedinit_jax.experiment import simulation
+
+    where, at = point.split(":")
+
+    def fault(name, rounds_done):
+        if (name, rounds_done) == (where, int(at)):
+            raise InjectedFault(point)
+
+    with pytest.raises(InjectedFault):
+        simulation.run(config, str(workdir), fault=fault, **QUIET)
+    simulation.run(config, str(workdir), **QUIET)
+
+
 # ------------------------------------------------------------------ Shakespeare
 
 PLAY = """THE TRAGEDY OF TESTING

@@ -137,10 +137,6 @@ def test_incremental_checkpoints_restore_exactly_after_a_kill(tmp_path, kind):
 
 # ------------------------------------------------------------------ the binaries' loop
 
-class _Fault(Exception):
-    pass
-
-
 @pytest.fixture(scope="module")
 def device_rows(tmp_path_factory):
     """An uninterrupted run of the loop with the clients on the device: its rows."""
@@ -168,21 +164,13 @@ def _same(got, want):
     ("host", "rows_saved:4"), ("disk", "metrics_written:3"), ("disk", "checkpoint_saved:2")])
 def test_the_loop_with_a_store_resumes_exactly_after_a_fault(tmp_path, device_rows, store,
                                                              point):
-    from conftest import QUIET, quiet_config, rows, without_timing
+    from conftest import fault_then_resume, quiet_config, rows, without_timing
 
     from fedinit_jax.experiment import simulation
 
     config = quiet_config(rounds=6, algorithm="scaffold", beta=0.1, client_store=store,
                           checkpoint_every=2, local_epochs=10)
-    where, at = point.split(":")
-
-    def fault(name, rounds_done):
-        if (name, rounds_done) == (where, int(at)):
-            raise _Fault(point)
-
-    with pytest.raises(_Fault):
-        simulation.run(config, str(tmp_path), fault=fault, **QUIET)
-    simulation.run(config, str(tmp_path), **QUIET)
+    fault_then_resume(config, tmp_path, point)
     _same(without_timing(rows(tmp_path)), device_rows)
     info = simulation.workdir_lib.read_json(str(tmp_path / "run_info.json"))
     assert info["client_store"] == store

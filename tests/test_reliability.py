@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import QUIET, TINY, quiet_config, rows, train, without_timing
+from conftest import QUIET, TINY, fault_then_resume, quiet_config, rows, train, without_timing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,10 +30,6 @@ def reference(tmp_path_factory):
     return without_timing(rows(workdir))
 
 
-class _Fault(Exception):
-    pass
-
-
 @pytest.fixture(scope="module")
 def small_reference(tmp_path_factory):
     """An uninterrupted in-process run of SMALL (6 rounds): its metrics rows."""
@@ -48,15 +44,7 @@ def test_a_fault_at_each_point_then_resume(tmp_path, small_reference, point):
     """The run dies at each point of the loop (in-process: the fault callback raises), then the
     same command resumes: bit-identical rows, none duplicated or missing. Real SIGKILLs of the
     binary (no cleanup at all) are the subprocess tests below and in test_train.py."""
-    where, at = point.split(":")
-
-    def fault(name, rounds_done):
-        if (name, rounds_done) == (where, int(at)):
-            raise _Fault(point)
-
-    with pytest.raises(_Fault):
-        simulation.run(SMALL6, str(tmp_path), fault=fault, **QUIET)
-    simulation.run(SMALL6, str(tmp_path), **QUIET)
+    fault_then_resume(SMALL6, tmp_path, point)
     assert without_timing(rows(tmp_path)) == small_reference
 
 
