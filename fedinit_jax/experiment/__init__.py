@@ -317,23 +317,27 @@ def build(run_plan, client_store=None, log=None) -> Experiment:
                          f"returned {type(task).__name__}, not a tasks.Task")
     algo = algorithms.get(config["algorithm"], task.loss_fn, runtime=run_plan.runtime,
                           **run_plan.algorithm_kwargs)
-    init_params = task.model.init(jax.random.key(config["seed"]), task.input_shape)
+    key = jax.random.key(config["seed"])
+    # the parameters' shapes (nothing allocated): every check below runs before the model is
+    shapes = jax.eval_shape(lambda k: task.model.init(k, task.input_shape), key)
+    state = costs.state_costs(algo, shapes)
     _check_round_input_size(run_plan, task)
     reason = "config.client_store"
     if store in ("device", "auto"):
         try:  # the whole [C, ...] tables on the device, and the round compiled around them
-            _check_memory(config, task.model, task.input_shape, algo)
+            _check_memory(config, state)
             began = time.perf_counter()
-            check_compiled_round(run_plan, algo, init_params, task)
+            check_compiled_round(run_plan, algo, shapes, task)
             log(f"round compiled ({time.perf_counter() - began:.1f} s)")
             reason = "the tables and the compiled round fit" if store == "auto" else reason
             store = "device"
         except ValueError as err:
             if store == "device":
                 raise
-            _check_cohort_memory(run_plan, algo, task.model, task.input_shape, err)
+            _check_cohort_memory(run_plan, state, err)
             store = "host" if jax.process_count() == 1 else "disk"  # host: one process's
             reason = f"not on the device: {err}"
+    init_params = task.model.init(key, task.input_shape)
     return Experiment(task.round_batches, task.client_sizes, task.evaluate, algo, init_params,
                       task.num_classes, run_plan, task.steps, task.data_info, store, reason)
 
@@ -360,18 +364,10 @@ def host_memory():
         return None
 
 
-def _state_costs(algo, model, example_shape):
-    """The state's costs (fedinit_jax.costs) from the model's and the state's abstract init
-    (nothing allocated)."""
-    shapes = jax.eval_shape(lambda key: model.init(key, example_shape), jax.random.key(0))
-    return costs.state_costs(algo, shapes)
-
-
-def _check_memory(config, model, example_shape, algo):
+def _check_memory(config, state: costs.StateCosts):
     """ValueError before any allocation when even the state alone cannot fit: every client's
     w_i and per-client extras (C x their bytes, from the state's shapes) plus four copies
     of the model."""
-    state = _state_costs(algo, model, example_shape)
     need = config["num_clients"] * state.per_client_bytes + 4 * 4 * state.d
     available = available_memory()
     if available is not None and need > available:
@@ -383,10 +379,9 @@ def _check_memory(config, model, example_shape, algo):
               "are available")
 
 
-def _check_cohort_memory(run_plan, algo, model, example_shape, device_error) -> None:
+def _check_cohort_memory(run_plan, state: costs.StateCosts, device_error) -> None:
     """Before the clients go to host memory (client_store auto): the device must still hold
     the model's copies and one round's cohort rows; else the device's refusal stands."""
-    state = _state_costs(algo, model, example_shape)
     need = run_plan.client_slots * state.per_client_bytes + 16 * 4 * state.d
     available = available_memory()
     if available is not None and need > available:
@@ -446,13 +441,13 @@ def round_memory(compiled) -> dict:
     return account
 
 
-def check_compiled_round(run_plan, algo, init_params, task) -> None:
+def check_compiled_round(run_plan, algo, params, task) -> None:
     """Compile the round ahead of time (the first round then reuses it) and refuse, naming a
     field, a run whose round does not fit the memory its devices have: XLA's own account
     per device against the device's limit (GPU/TPU), or, on CPU, devices x account against
-    the host's available memory."""
+    the host's available memory. params: arrays or their jax.ShapeDtypeStruct."""
     config = run_plan.config
-    state = jax.eval_shape(lambda p: algo.init(p, config["num_clients"]), init_params)
+    state = jax.eval_shape(lambda p: algo.init(p, config["num_clients"]), params)
     compiled = algo.apply.lower(state, first_round_input(run_plan, task),
                                 jax.random.key(0)).compile()
     account = round_memory(compiled)
