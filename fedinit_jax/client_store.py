@@ -86,7 +86,7 @@ def run_round(algo: FederatedAlgorithm, state: FedState, client_rows, round_inpu
         return _run_round_processes(algo, state, client_rows, round_input, key, ids, real, read)
     cohort = client_rows.gather(read)
     state, new_cohort, metrics = apply_cohort(algo, state, cohort, round_input, key,
-                                                   client_rows.num_clients)
+                                              client_rows.num_clients)
     kept = np.flatnonzero(real)
     client_rows.scatter(ids[kept], jax.tree.map(lambda x: x[kept], new_cohort))
     return state, metrics
@@ -112,22 +112,20 @@ def _run_round_processes(algo, state, client_rows, round_input, key, ids, real, 
         (n, *x.shape[1:]), sharding, lambda index: x[at[np.arange(n)[index[0]]]]), local)
     client_rows.journal(ids[real])  # before the round's collectives, so before any write
     state, new_cohort, metrics = apply_cohort(algo, state, cohort, round_input, key,
-                                                   client_rows.num_clients)
+                                              client_rows.num_clients)
     kept = real[mine]
     client_rows.write_rows(ids[mine][kept], jax.tree.map(
-        lambda x: _local_rows(x, mine)[kept], new_cohort))
+        lambda x: _local_rows(x, at, mine.size)[kept], new_cohort))
     if jax.process_index() == 0:  # every process has gathered: the round's collectives ran
         client_rows.mark_present(ids[real])
     multihost_utils.sync_global_devices("fedinit_jax: the cohort's rows are written")
     return state, metrics
 
 
-def _local_rows(x, slots) -> np.ndarray:
-    """The rows `slots` of a [N, ...] array split over the devices, from this process's own
-    shards."""
-    out = np.empty((slots.size, *x.shape[1:]), x.dtype)
-    at = np.full(x.shape[0], -1)
-    at[slots] = np.arange(slots.size)
+def _local_rows(x, at, count) -> np.ndarray:
+    """This process's `count` rows of a [N, ...] array split over the devices, from its own
+    shards: slot s is row at[s]."""
+    out = np.empty((count, *x.shape[1:]), x.dtype)
     for shard in x.addressable_shards:
         held = np.arange(x.shape[0])[shard.index[0]]
         out[at[held]] = np.asarray(shard.data)

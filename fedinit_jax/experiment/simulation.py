@@ -645,16 +645,15 @@ def _open_store(exp, config, workdir, primary):
     if exp.client_store == "host":
         return _attached(client_store.HostStore(exp.algorithm, exp.init_params,
                                                 config["num_clients"]), folder)
-    clients = None
-    for turn in (True, False):  # process 0 first: the array is created once
-        if primary == turn:
-            with workdir_lib.reporting(folder):
-                clients = client_store.DiskStore(exp.algorithm, exp.init_params,
-                                                 config["num_clients"],
-                                                 os.path.join(folder, "store"))
-        if jax.process_count() > 1:
-            distributed.barrier("the disk store is open")
-    return _attached(clients, folder) if primary else clients
+
+    def open_disk():
+        with workdir_lib.reporting(folder):
+            return client_store.DiskStore(exp.algorithm, exp.init_params,
+                                          config["num_clients"], os.path.join(folder, "store"))
+
+    clients = _attached(open_disk(), folder) if primary else None  # first: created once
+    distributed.barrier("the disk store is created")  # every process, process 0 after it
+    return clients or open_disk()
 
 
 def _attached(clients, folder):
