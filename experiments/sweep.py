@@ -82,7 +82,7 @@ POLL_SECONDS = 2.0
 # a run's outcome per cell -> the sweep's exit code, the first that applies
 EXIT_ORDER = (("failed", exit_codes.CELL_FAILED), ("stopped", exit_codes.REQUEUE),
               ("unfinished", exit_codes.REQUEUE), ("not started", exit_codes.REQUEUE),
-              ("elsewhere", exit_codes.ELSEWHERE), ("diverged", exit_codes.DIVERGED))
+              ("running elsewhere", exit_codes.ELSEWHERE), ("diverged", exit_codes.DIVERGED))
 
 
 def _parse(values, kind, field):
@@ -235,7 +235,8 @@ def _cell_log(name):
 
 
 def _run_cell(results, index, total, name, config) -> str:
-    """Run (or skip) one cell in this process: 'done', 'diverged', 'failed' or 'elsewhere'.
+    """Run (or skip) one cell in this process: 'done', 'diverged', 'failed' or 'running
+    elsewhere' (cell_state's words).
     simulation.Stopped propagates (the caller exits)."""
     from fedinit_jax.experiment import simulation
 
@@ -255,7 +256,7 @@ def _run_cell(results, index, total, name, config) -> str:
         return "done"
     except simulation.WorkdirBusy as err:
         print(f"  running elsewhere: {name}: {one_line(err)}", flush=True)
-        return "elsewhere"
+        return "running elsewhere"
     except simulation.NonFiniteError as err:
         _record(results, name, config, "diverged", str(err))
         print(f"  diverged: {name}: {err}", flush=True)
@@ -278,9 +279,9 @@ def _in_process(results, grid, chosen, stop) -> dict:
     for i in chosen:
         _stop_if(stop, f"before {grid[i][0]}")
         outcome[i] = _run_cell(results, i, len(grid), *grid[i])
-    while FLAGS.wait and any(v == "elsewhere" for v in outcome.values()):
+    while FLAGS.wait and any(v == "running elsewhere" for v in outcome.values()):
         _stop_if(stop, "while waiting for cells running elsewhere")
-        for i in [i for i, v in outcome.items() if v == "elsewhere"]:
+        for i in [i for i, v in outcome.items() if v == "running elsewhere"]:
             if not workdir_lib.holder(os.path.join(results, grid[i][0])):
                 outcome[i] = _run_cell(results, i, len(grid), *grid[i])  # ended: finished?
         time.sleep(POLL_SECONDS)
@@ -345,7 +346,7 @@ def _with_workers(grid, chosen, stop) -> dict:
     """Run the chosen cells in FLAGS.workers processes at once (each `--cell=I`)."""
     pending, running, outcome = list(chosen), {}, {}
     codes = {exit_codes.DONE: "done", exit_codes.DIVERGED: "diverged",
-             exit_codes.ELSEWHERE: "elsewhere", exit_codes.REQUEUE: "stopped"}
+             exit_codes.ELSEWHERE: "running elsewhere", exit_codes.REQUEUE: "stopped"}
     gpus = _gpu_count()  # once: nvidia-smi is a process of its own
     forwarded = False
     try:
@@ -431,9 +432,7 @@ def _exit_code(states) -> int:
     """The sweep's exit code for its cells' states or outcomes: the first of EXIT_ORDER
     that any of them is, else 0 (every cell done)."""
     states = set(states)
-    return next((code for state, code in EXIT_ORDER
-                 if state in states or (state == "elsewhere" and "running elsewhere" in states)),
-                exit_codes.DONE)
+    return next((code for state, code in EXIT_ORDER if state in states), exit_codes.DONE)
 
 
 def array_spec(indices) -> str:
