@@ -247,6 +247,8 @@ def run(config: dict, workdir: str, *, log=print, progress=None, fault=None) -> 
         distributed.agree(config, workdir)  # every process: the same run, before any work
         plan = experiment.plan(config)  # validated, and what follows from it: once
         primary = distributed.is_primary()
+        if primary:  # a workdir in use: refused before loading and compiling
+            workdir_lib.refuse_if_busy(workdir)
         early = workdir_lib.EarlyLog(log if primary else _silent)  # train.log's first lines
         recorded = _recorded_store(workdir)  # auto resumes where the run kept its clients
         early(_start_line(plan, workdir, recorded))

@@ -76,8 +76,7 @@ class Lock:
             if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
                 holder = _holder_text(self._fd)
                 os.close(self._fd)
-                raise WorkdirBusy(f"workdir {workdir!r} is in use by {holder}; wait for it "
-                                  "to end or use another workdir") from None
+                raise _busy(workdir, holder) from None
             if err.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
                 log(f"warning: {workdir!r} supports no file locks; nothing stops a second "
                     "process from writing it")
@@ -91,6 +90,20 @@ class Lock:
         if self._fd is not None:
             os.close(self._fd)  # closing the descriptor drops the flock
             self._fd = None
+
+
+def _busy(workdir, holder) -> WorkdirBusy:
+    return WorkdirBusy(f"workdir {workdir!r} is in use by {holder}; wait for it to end or use "
+                       "another workdir")
+
+
+def refuse_if_busy(workdir: str) -> None:
+    """WorkdirBusy, as Lock raises it, when another process holds the workdir now: asked
+    (read only, nothing written) before a run loads data and compiles, so that a workdir in
+    use is refused at once; Lock, taken after, still decides."""
+    held_by = holder(workdir)
+    if held_by:
+        raise _busy(workdir, held_by)
 
 
 def _holder_text(fd) -> str:
