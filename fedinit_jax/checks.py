@@ -67,6 +67,26 @@ def require(module: str, purpose: str):
 
 # ------------------------------------------------------------- the round's host checks
 
+def check_beta(spec, beta) -> None:
+    """ValueError when the round cannot run soundly at this beta: RI with delta_from="global"
+    and a server optimizer that keeps state (help(fedinit_jax.algorithms.fedavg)). Asked of
+    a builder's beta and, by check_state, of a state's."""
+    if beta != 0 and spec.delta_from == "global" and _keeps_state(spec.server_optimizer):
+        raise ValueError(
+            f"delta_from='global' with beta={beta:g}: the server optimizer keeps state "
+            "(momentum, Adam's moments) and would accumulate the RI offset beta * mean_S(w - "
+            "w_i) that global aggregation puts in its pseudo-gradient, so w drifts; use "
+            "delta_from='start' (the authors' code) or a stateless sgd server step "
+            "(help(fedinit_jax.algorithms.fedavg))")
+
+
+def _keeps_state(optimizer) -> bool:
+    """True when an optax transformation's state holds arrays (momentum, moments), asked of
+    its abstract init on a 3-parameter model (nothing is allocated)."""
+    state = jax.eval_shape(optimizer.init, {"w": jax.ShapeDtypeStruct((3,), jnp.float32)})
+    return any(x.shape == (3,) for x in jax.tree.leaves(state))  # not a step count
+
+
 @functools.lru_cache(maxsize=64)
 def _expected_state(init, treedef, leaves, num_clients):
     params = jax.tree.unflatten(treedef, [jax.ShapeDtypeStruct(s, d) for s, d in leaves])
@@ -95,21 +115,19 @@ def _check_structure(algo: FederatedAlgorithm, state) -> int:
 
 def check_state(algo: FederatedAlgorithm, state: FedState) -> None:
     """ValueError unless `state` is one of algo's: the structure, shapes and dtypes its init
-    makes, and its beta (a state's beta is traced, so replicas may differ; one whose beta is
-    not the builder's, fedavg's 0 given to fedinit, comes from another builder). Reads beta
-    from the device: call it once after init or a restore, not every round. A replica
-    state (replicas.init: every leaf with a leading [R] axis, beta [R]) is checked replica by
-    replica for its structure; its betas are a sweep, not the builder's."""
+    makes, and a beta its round runs soundly (check_beta). The round reads the state's beta,
+    whatever beta the builder was given (that one is only what init writes): a state made
+    by `fedavg(...).init` runs FedAvg under `fedinit(...).apply`, as it should, the two
+    builders making one round. Reads beta from the device: call it once after init or a
+    restore, not every round. A replica state (replicas.init: every leaf with a leading [R]
+    axis, beta [R]) is checked replica by replica."""
     if isinstance(state, FedState) and np.ndim(state.beta) == 1:
         for r in range(np.shape(state.beta)[0]):
-            _check_structure(algo, jax.tree.map(lambda x, r=r: x[r], state))
+            check_state(algo, jax.tree.map(lambda x, r=r: x[r], state))
         return
     _check_structure(algo, state)
-    if not isinstance(state.beta, jax.core.Tracer) and not np.isclose(
-            float(state.beta), algo.spec.beta, rtol=1e-6, atol=1e-7):
-        raise ValueError(f"state.beta={float(state.beta):g} but this algorithm was built with "
-                         f"beta={algo.spec.beta:g}: the state comes from another algorithm or "
-                         "builder; use that one, or this one's init")
+    if not isinstance(state.beta, jax.core.Tracer):
+        check_beta(algo.spec, float(state.beta))
 
 
 def check_round_input(algo: FederatedAlgorithm, state: FedState,

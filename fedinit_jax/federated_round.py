@@ -68,7 +68,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from fedinit_jax import execution as strategies
 from fedinit_jax import local, tree
-from fedinit_jax.checks import check_choice, check_number
+from fedinit_jax.checks import check_beta, check_choice, check_number
 from fedinit_jax.correction import NONE, Correction, LocalContext, ServerInput
 from fedinit_jax.types import (
     DEFAULT_RUNTIME,
@@ -87,6 +87,9 @@ CLIENT_STATE_DTYPES = ("float32", "bfloat16", "float16")
 class RoundSpec(NamedTuple):
     """What the round computes (build_algorithm's arguments); the Runtime says how it runs.
 
+    beta is not here: it is the state's (FedState.beta, traced, so replicas may differ and a
+    hypergradient reaches it), the only beta the round reads. A builder's `beta=` is the
+    value init writes there.
     server_optimizer: optax transformation of the pseudo-gradient -mean_S(delta_i).
     client_optimizer: None (plain SGD, the paper's), or an optax transformation between
       weight decay and the step -eta_l (local.py).
@@ -94,7 +97,6 @@ class RoundSpec(NamedTuple):
 
     loss_fn: Callable
     correction: Correction
-    beta: float
     delta_from: str
     server_optimizer: Any
     client_optimizer: Any
@@ -132,9 +134,10 @@ def check_runtime(runtime: Runtime) -> None:
     strategies.client_mesh(runtime.num_devices)  # ValueError for a count not here
 
 
-def init_state(spec: RoundSpec, runtime: Runtime, params, num_clients: int) -> FedState:
+def init_state(spec: RoundSpec, runtime: Runtime, beta: float, params,
+               num_clients: int) -> FedState:
     """FedState at round 0: w = params, every w_i = w^0 (Algorithm 1 line 1), zero
-    correction states, the server optimizer's initial state."""
+    correction states, the server optimizer's initial state, and beta."""
     if isinstance(num_clients, jax.core.Tracer):
         raise ValueError("num_clients must be a Python int (it sets the [C, ...] shapes), got "
                          "a tracer: under jax.eval_shape or jit pass it by closure, e.g. "
@@ -155,7 +158,7 @@ def init_state(spec: RoundSpec, runtime: Runtime, params, num_clients: int) -> F
         server_opt_state=spec.server_optimizer.init(params),
         server_state=correction.server.init(params),
         client_state=to_storage(runtime, tree.stack(correction.client.init(params), num_clients)),
-        beta=jnp.asarray(spec.beta, jnp.float32),
+        beta=jnp.asarray(beta, jnp.float32),
         rounds_done=jnp.zeros((), jnp.int32),
         client_visited=jnp.zeros((num_clients,), bool))
     if runtime.donate_state:  # every leaf its own buffer: none shared with the caller's
@@ -389,31 +392,17 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, beta: float = 0.0
         if opt is not None and not isinstance(opt, optax.GradientTransformation):
             raise ValueError(f"{name} must be an optax.GradientTransformation (e.g. "
                              f"optax.adam(1e-3)), got {type(opt).__name__}")
-    if beta != 0 and delta_from == "global" and _keeps_state(server_optimizer):
-        raise ValueError(
-            f"delta_from='global' with beta={beta:g}: the server optimizer keeps state "
-            "(momentum, Adam's moments) and would accumulate the RI offset beta * mean_S(w - "
-            "w_i) that global aggregation puts in its pseudo-gradient, so w drifts; use "
-            "delta_from='start' (the authors' code) or a stateless sgd server step "
-            "(help(fedinit_jax.algorithms.fedavg))")
-    spec = RoundSpec(loss_fn, correction, beta, delta_from,
+    spec = RoundSpec(loss_fn, correction, delta_from,
                      optax.sgd(1.0) if server_optimizer is None else server_optimizer,
                      client_optimizer, clip_norm, weight_decay, first_visit)
-    return algorithm_of(spec, runtime)
+    check_beta(spec, beta)
+    return algorithm_of(spec, runtime, beta)
 
 
-def _keeps_state(optimizer) -> bool:
-    """True when an optax transformation's state holds arrays (momentum, moments), asked of
-    its abstract init on a 3-parameter model (nothing is allocated)."""
-    if optimizer is None:
-        return False
-    state = jax.eval_shape(optimizer.init, {"w": jax.ShapeDtypeStruct((3,), jnp.float32)})
-    return any(x.shape == (3,) for x in jax.tree.leaves(state))  # not a step count
-
-
-def algorithm_of(spec: RoundSpec, runtime: Runtime) -> FederatedAlgorithm:
-    """The algorithm of `spec` under `runtime`: init, and the jitted round as apply, which,
-    as a jax.jit function does, has `apply.lower` (the round lowered ahead of time)."""
+def algorithm_of(spec: RoundSpec, runtime: Runtime, beta: float = 0.0) -> FederatedAlgorithm:
+    """The algorithm of `spec` under `runtime`: init (writing `beta` into the state), and the
+    jitted round as apply, which, as a jax.jit function does, has `apply.lower` (the round
+    lowered ahead of time)."""
     check_runtime(runtime)
     mesh = strategies.client_mesh(runtime.num_devices)
     donate = (0,) if runtime.donate_state else ()
@@ -457,8 +446,14 @@ def algorithm_of(spec: RoundSpec, runtime: Runtime) -> FederatedAlgorithm:
                              int(num_clients))
 
     apply.lower, apply.cohort = lower, cohort
-    return FederatedAlgorithm(init=functools.partial(init_state, spec, runtime), apply=apply,
-                              spec=spec, runtime=runtime)
+    return FederatedAlgorithm(init=functools.partial(init_state, spec, runtime, beta),
+                              apply=apply, spec=spec, runtime=runtime)
+
+
+def initial_beta(algo: FederatedAlgorithm) -> float:
+    """The beta algo.init writes into a new state (the builder's `beta=`); a round reads the
+    state's."""
+    return algo.init.args[2]
 
 
 def with_runtime(algo: FederatedAlgorithm, runtime: Runtime | None = None,
@@ -472,7 +467,7 @@ def with_runtime(algo: FederatedAlgorithm, runtime: Runtime | None = None,
     if fields.get("execution", "chunked") != "chunked" and "chunk_size" not in fields:
         fields["chunk_size"] = None  # leaving chunked: its chunk size goes with it
     return algorithm_of(algo.spec, (algo.runtime if runtime is None else runtime)
-                        ._replace(**fields))
+                        ._replace(**fields), initial_beta(algo))
 
 
 def apply_cohort(algo: FederatedAlgorithm, state: FedState, cohort: Cohort,

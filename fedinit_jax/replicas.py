@@ -22,14 +22,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedinit_jax import tree
-from fedinit_jax.checks import check_inputs, check_number, check_state
+from fedinit_jax.checks import check_beta, check_inputs, check_number, check_state
 from fedinit_jax.federated_round import as_arrays
 from fedinit_jax.types import FederatedAlgorithm, FedState, RoundInput
 
 
 def init(algo: FederatedAlgorithm, params, num_clients: int, *, betas=None,
          num_replicas=None, params_per_replica: bool = False) -> FedState:
-    """R stacked states: one per beta, or num_replicas copies of the algorithm's beta.
+    """R stacked states: one per beta (each the beta its replica's rounds read), or
+    num_replicas copies of the state algo.init makes.
 
     params_per_replica: the leaves of `params` carry a leading [R] axis (a different
     initial model per seed); otherwise every replica starts from the same model.
@@ -40,6 +41,7 @@ def init(algo: FederatedAlgorithm, params, num_clients: int, *, betas=None,
                              "replica (e.g. [0.0, 0.05, 0.1])")
         for b in betas:
             check_number(f"betas={list(betas)!r}: each", b)
+            check_beta(algo.spec, float(b))
         num_replicas = len(betas)
     if params_per_replica:
         states = jax.vmap(lambda p: algo.init(p, num_clients))(params)

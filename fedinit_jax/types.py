@@ -59,7 +59,9 @@ class FedState(NamedTuple):
       (ScaffoldState(c), FedCMState(d)); () if none.
     client_state: the algorithm's per-client state (ScaffoldClientState(c_i),
       FedDynClientState(h)), leaves [C, ...]; () if none.
-    beta: [] float32, the relaxed-initialization coefficient (traced, so replicas may differ).
+    beta: [] float32, the relaxed-initialization coefficient: the only beta a round reads
+      (traced, so replicas may differ and a hypergradient reaches it). init writes the
+      builder's `beta=`; `state._replace(beta=jnp.float32(b))` changes it between rounds.
     rounds_done: [] int32, rounds completed.
     client_visited: [C] bool, whether each client has been sampled (first_visit="global"
       starts a client never sampled from w: federated_round.py).
@@ -135,7 +137,7 @@ class FederatedAlgorithm(NamedTuple):
       batches may be jax.ShapeDtypeStruct), whose `.compile()` tells its memory per device
       and its FLOPs before anything runs (benchmarks/plan.py; the binaries refuse a round
       that cannot fit).
-    spec: what the round computes (federated_round.RoundSpec: loss, correction, beta,
+    spec: what the round computes (federated_round.RoundSpec: loss, correction,
       delta_from, optimizers, clip, weight decay).
     runtime: the Runtime it runs under; `fedinit_jax.with_runtime(algo, ...)` gives the
       same algorithm under another.

@@ -211,8 +211,8 @@ def test_stateful_server_optimizer_with_global_ri_is_refused_and_why(linreg_roun
     targets = np.random.default_rng(0).normal(size=(20, 10)).astype(np.float32)
     late_loss = {}
     for delta_from in ("start", "global"):
-        spec = RoundSpec(linreg_loss, NONE, 0.1, delta_from, optax.adam(0.1), None, None, None)
-        algo = algorithm_of(spec, DEFAULT_RUNTIME)
+        spec = RoundSpec(linreg_loss, NONE, delta_from, optax.adam(0.1), None, None, None)
+        algo = algorithm_of(spec, DEFAULT_RUNTIME, beta=0.1)
         state = algo.init({"w": np.zeros(10, np.float32), "b": np.zeros((), np.float32)}, 20)
         losses = []
         for t in range(120):
@@ -227,6 +227,42 @@ def test_stateful_server_optimizer_with_global_ri_is_refused_and_why(linreg_roun
     assert late_loss["global"] > 1.2 * late_loss["start"], late_loss
 
 
+def test_beta_lives_in_the_state(linreg_rounds, theta0):
+    """The round reads state.beta only; the builder's beta is what init writes there, so
+    fedavg and fedinit make one round, and a state's beta is checked where it is read."""
+    import jax.numpy as jnp
+
+    import fedinit_jax
+    from fedinit_jax import check_state, replicas
+
+    def rounds_from(algo, state):
+        for t, (ids, xs, ys, lr) in enumerate(linreg_rounds):
+            state, _ = algo.apply(state, RoundInput(ids, (xs, ys), lr), jax.random.key(t))
+        return flat(state.params)
+
+    fedavg, fedinit = algorithms.fedavg(linreg_loss), algorithms.fedinit(linreg_loss, beta=0.1)
+    params = params_from(theta0)
+    fedavg_state, fedinit_state = (fedavg.init(params, NUM_CLIENTS),
+                                   fedinit.init(params, NUM_CLIENTS))
+    assert float(fedavg_state.beta) == 0.0 and float(fedinit_state.beta) == np.float32(0.1)
+    sequential = fedinit_jax.with_runtime(fedinit, execution="sequential")
+    assert float(sequential.init(params, NUM_CLIENTS).beta) == np.float32(0.1)
+    w_fedinit = rounds_from(fedinit, fedinit_state)
+    np.testing.assert_array_equal(rounds_from(fedavg, fedinit_state), w_fedinit)
+    np.testing.assert_array_equal(
+        rounds_from(fedavg, fedavg_state._replace(beta=jnp.float32(0.1))), w_fedinit)
+    assert not np.allclose(rounds_from(fedinit, fedavg_state), w_fedinit)
+    # RI + global + a stateful server optimizer, refused at build, is refused in a state too
+    adam = algorithms.fedavg(linreg_loss, server_optimizer=optax.adam(0.1))
+    state = adam.init(params, NUM_CLIENTS)
+    check_state(adam, state)
+    with pytest.raises(ValueError, match="delta_from='global' with beta=0.1: the server "
+                                         "optimizer keeps state"):
+        check_state(adam, state._replace(beta=jnp.float32(0.1)))
+    with pytest.raises(ValueError, match="delta_from='global' with beta=0.05"):
+        replicas.init(adam, params, NUM_CLIENTS, betas=[0.0, 0.05])
+
+
 def test_options_a_builder_would_ignore_are_refused():
     with pytest.raises(ValueError, match="server_lr=0.5: server_optimizer replaces"):
         algorithms.fedavg(linreg_loss, server_lr=0.5, server_optimizer=optax.sgd(0.1))
@@ -238,7 +274,7 @@ def test_options_a_builder_would_ignore_are_refused():
     with pytest.raises(ValueError, match="loss_fn=None: must be a callable"):
         algorithms.fedavg(None)
     algo = algorithms.fedinit(linreg_loss, beta=np.array(0.1))  # a 0-d array is a number
-    assert algo.spec.beta == pytest.approx(0.1)
+    assert float(algo.init({"w": np.zeros(3, np.float32)}, 2).beta) == pytest.approx(0.1)
 
 
 @pytest.mark.parametrize("first_visit", ["init", "global"])

@@ -142,17 +142,6 @@ def test_plays_that_hold_no_client_are_named_with_their_cause(tmp_path):
         "UTF-8); prose_gut.txt: no speeches (no speaker heading: a NAME. line of its own)")
 
 
-def test_a_state_of_another_beta_is_refused():
-    params = params_from(np.array([0.3, -0.2, 0.1, 0.05]))
-    fedavg_state = algorithms.fedavg(linreg_loss).init(params, NUM_CLIENTS)
-    with pytest.raises(ValueError, match="state.beta=0 but this algorithm was built with "
-                                         "beta=0.1"):
-        check_state(algorithms.fedinit(linreg_loss, beta=0.1), fedavg_state)
-    state = algorithms.fedinit(linreg_loss, beta=0.1).init(params, NUM_CLIENTS)
-    with pytest.raises(ValueError, match="state.beta=0.1 but .* beta=0.5"):
-        check_state(algorithms.fedinit(linreg_loss, beta=0.5), state)
-
-
 def test_a_compiled_round_that_cannot_fit_its_devices_is_refused(tmp_path, monkeypatch):
     """XLA's account of the compiled round against the devices' memory (here made 2 MiB: the
     state's estimate, 1.3 MB, passes; the compiled round, a few MiB per device, does not)."""

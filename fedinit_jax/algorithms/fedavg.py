@@ -38,7 +38,9 @@ def fedavg(loss_fn, *, server_lr: float = 1.0, server_optimizer=None, client_opt
     client_optimizer: an optax transformation applied after clipping and weight decay, whose
       updates each local step scales by -eta_l (default: none, the paper's SGD; e.g.
       optax.trace(0.9) for local momentum). Its state starts fresh each round (local.py).
-    beta: relaxed initialization w_i0 = w + beta (w - w_i); delta_from: "global" (the paper,
+    beta: relaxed initialization w_i0 = w + beta (w - w_i), the value init writes into the
+      state (FedState.beta: a round reads the state's, so fedavg and fedinit make one round
+      and differ in their states); delta_from: "global" (the paper,
       delta_i = w_iK - w) or "start" (the authors' code, delta_i = w_iK - w_i0).
     first_visit: where a client sampled for the first time starts: "init" (Algorithm 1
       as written: w_i = w^0, so w + beta (w - w^0)) or "global" (from w: its RI offset is
