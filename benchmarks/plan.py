@@ -87,8 +87,7 @@ def load_config(spec: str) -> dict:
         config = (module.get_config(arg) if arg else module.get_config()).to_dict()
     except Exception as err:  # noqa: BLE001 - a config file may raise anything
         raise ValueError(f"--presets {spec}: {type(err).__name__}: {err}") from None
-    experiment.validate(config)
-    return config
+    return experiment.checked(config)
 
 
 def matmul_flops(jaxpr) -> float:
@@ -128,35 +127,34 @@ def matmul_flops(jaxpr) -> float:
 
 
 def round_parts(config: dict, devices: int):
-    """(algorithm, abstract params, round input with abstract batches, K, N) of a preset."""
+    """(algorithm, abstract params, round input with abstract batches, K, N) of a preset
+    planned (experiment.plan) for D devices, its clients side by side."""
     import jax
     import numpy as np
 
-    from fedinit_jax import RoundInput, Runtime, algorithms, experiment
-    from fedinit_jax.experiment import tasks
+    from fedinit_jax import RoundInput, algorithms, experiment
 
-    config = {**config, "num_devices": devices, "execution": "vmap"}
-    n = experiment.client_slots(config)
-    parts = tasks.family(config["dataset"]).abstract(config, n)
-    algo = algorithms.get(config["algorithm"], parts.loss_fn, **experiment.algorithm_kwargs(config),
-                          runtime=Runtime(execution="vmap", num_devices=devices, donate_state=True,
-                                          client_state_dtype=config["client_state_dtype"]))
+    run_plan = experiment.plan({**config, "num_devices": devices, "execution": "vmap",
+                                "chunk_size": None})
+    config, n = run_plan.config, run_plan.client_slots
+    parts = run_plan.family.abstract(config, n)
+    algo = algorithms.get(config["algorithm"], parts.loss_fn, **run_plan.algorithm_kwargs,
+                          runtime=run_plan.runtime)
     params = jax.eval_shape(lambda key: parts.model.init(key, parts.input_shape),
                             jax.random.key(0))
-    mask = np.ones(n, bool) if config["participation_mode"] == "bernoulli" else None
+    mask = np.ones(n, bool) if experiment.masked(run_plan) else None
     sizes = np.ones(n, np.float32) if config["aggregation"] == "size" else None
     inp = RoundInput(np.arange(n, dtype=np.int32), parts.batches, np.float32(config["local_lr"]),
                      mask, parts.step_mask, sizes)
     return algo, params, inp, parts.steps, n
 
 
-def plan(spec: str, devices: int, utilization: float) -> dict:
+def plan(spec: str, config: dict, devices: int, utilization: float) -> dict:
     """One preset on D devices: sizes, XLA's memory account per device, FLOPs, predictions."""
     import jax
 
     from fedinit_jax import experiment, with_runtime
 
-    config = load_config(spec)
     algo, params, inp, k, n = round_parts(config, devices)
     c = config["num_clients"]
     state = jax.eval_shape(lambda p: algo.init(p, c), params)
@@ -254,7 +252,7 @@ def main():
             shape = (devices, *(config[k] for k in SHAPE_FIELDS))  # e.g. Dirichlet alpha: same
             if shape not in planned:
                 print(f"  compiling {spec} on {devices} devices", file=sys.stderr, flush=True)
-                planned[shape] = plan(spec, devices, args.utilization)
+                planned[shape] = plan(spec, config, devices, args.utilization)
             rows.append({**planned[shape], "preset": spec.split(":", 1)[-1] or spec})
     print(tables(rows, args.utilization))
 

@@ -94,7 +94,8 @@ def _parse(values, kind, field):
 
 
 def cells(base: dict):
-    """(name, config) for every cell of the grid, each config resolved (experiment.resolve)."""
+    """(name, config) for every cell of the grid, each config resolved and validated
+    (experiment.checked: no devices asked; a cell's run plans it where it runs)."""
     from fedinit_jax import experiment
     from fedinit_jax.experiment import tasks
 
@@ -110,7 +111,7 @@ def cells(base: dict):
                 for e in epochs:
                     for delta in deltas:
                         for seed in seeds:
-                            config = experiment.resolve({
+                            config = experiment.checked({
                                 **base, "algorithm": algorithm, "dirichlet_alpha": alpha,
                                 "beta": beta, "local_epochs": e, "delta_from": delta,
                                 "seed": seed})
@@ -147,9 +148,7 @@ def _grid():
         raise ValueError(f"--local_epochs={','.join(FLAGS.local_epochs)} with "
                          f"--config.local_steps={base['local_steps']}: K > 0 local steps "
                          "replace the local epochs, so these cells would be one run; drop one")
-    grid = list(cells(base))
-    for _, config in grid:  # every cell is checked before the first one runs
-        experiment.validate(config)
+    grid = list(cells(base))  # every cell is checked before the first one runs
     names = [name for name, _ in grid]
     twice = sorted({name for name in names if names.count(name) > 1})
     if twice:
@@ -234,12 +233,13 @@ def _cell_log(name):
     return lambda line: print(f"{prefix}{line}", flush=True)
 
 
-def _run_cell(results, index, total, name, config) -> str:
-    """Run (or skip) one cell in this process: 'done', 'diverged', 'failed' or 'running
-    elsewhere' (cell_state's words).
+def _run_cell(results, index, total, name, plan) -> str:
+    """Run (or skip) one cell, planned for this process (experiment.plan), here: 'done',
+    'diverged', 'failed' or 'running elsewhere' (cell_state's words).
     simulation.Stopped propagates (the caller exits)."""
     from fedinit_jax.experiment import simulation
 
+    config = plan.config
     workdir = os.path.join(results, name)
     try:
         if simulation.finished_rounds(workdir, config) >= config["rounds"]:
@@ -251,7 +251,7 @@ def _run_cell(results, index, total, name, config) -> str:
                   "runs it again)", flush=True)
             return "diverged"
         print(f"[{index + 1}/{total}] {name}", flush=True)
-        simulation.run(config, workdir, progress=False, log=_cell_log(name))
+        simulation.run(plan, workdir, progress=False, log=_cell_log(name))
         _record(results, name, config, "done")
         return "done"
     except simulation.WorkdirBusy as err:
@@ -271,19 +271,33 @@ def _run_cell(results, index, total, name, config) -> str:
         return "failed"
 
 
-def _in_process(results, grid, chosen, stop) -> dict:
-    """Run the chosen cells one after another; then wait for those running elsewhere."""
+def plan_cells(grid, chosen) -> dict:
+    """{index: experiment.plan} of the chosen cells, on this process's devices, before the
+    first one runs; ValueError naming the cell whose config cannot run here."""
+    from fedinit_jax import experiment
+
+    plans = {}
+    for i in chosen:
+        try:
+            plans[i] = experiment.plan(grid[i][1])
+        except ValueError as err:
+            raise ValueError(f"cell {grid[i][0]}: {err}") from None
+    return plans
+
+
+def _in_process(results, grid, plans, stop) -> dict:
+    """Run the planned cells one after another; then wait for those running elsewhere."""
     from fedinit_jax.experiment import workdir as workdir_lib
 
     outcome = {}
-    for i in chosen:
+    for i, plan in plans.items():
         _stop_if(stop, f"before {grid[i][0]}")
-        outcome[i] = _run_cell(results, i, len(grid), *grid[i])
+        outcome[i] = _run_cell(results, i, len(grid), grid[i][0], plan)
     while FLAGS.wait and any(v == "running elsewhere" for v in outcome.values()):
         _stop_if(stop, "while waiting for cells running elsewhere")
         for i in [i for i, v in outcome.items() if v == "running elsewhere"]:
-            if not workdir_lib.holder(os.path.join(results, grid[i][0])):
-                outcome[i] = _run_cell(results, i, len(grid), *grid[i])  # ended: finished?
+            if not workdir_lib.holder(os.path.join(results, grid[i][0])):  # ended: finished?
+                outcome[i] = _run_cell(results, i, len(grid), grid[i][0], plans[i])
         time.sleep(POLL_SECONDS)
     return outcome
 
@@ -415,11 +429,17 @@ def main(argv):
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda number, _frame: stop.append(number))
     chosen = [FLAGS.cell] if FLAGS.cell is not None else list(range(len(grid)))
+    workers = FLAGS.workers > 1 and len(chosen) > 1  # else the cells run here: plan them
     try:
-        if FLAGS.workers > 1 and len(chosen) > 1:
+        plans = None if workers else plan_cells(grid, chosen)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(exit_codes.BAD_INPUT)
+    try:
+        if workers:  # each worker plans its cells on its own devices
             outcome = _with_workers(grid, chosen, stop)
         else:
-            outcome = _in_process(FLAGS.results, grid, chosen, stop)
+            outcome = _in_process(FLAGS.results, grid, plans, stop)
     except simulation.Stopped as err:  # a signal inside a cell: it checkpointed
         print(f"stopped: {err}", file=sys.stderr)
         sys.exit(exit_codes.REQUEUE)

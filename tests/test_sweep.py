@@ -2,6 +2,7 @@
 as batch jobs: the cell list, one cell, workers, two sweeps sharing a results folder."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -116,6 +117,11 @@ def test_cells_that_would_share_a_workdir_or_be_one_run_are_refused(tmp_path):
         refused = sweep(tmp_path, *TINY, *flags, "--list")
         assert refused.returncode == 2 and message in refused.stderr, refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1
+    # what only this process's devices can tell: every cell planned before the first runs
+    refused = sweep(tmp_path, *TINY, "--config.num_devices=64")
+    assert refused.returncode == 2 and re.fullmatch(
+        r"error: cell fedavg-dir0.1-beta0-E1-global-s0: config.num_devices=64: must be <= the "
+        r"\d cpu devices here\n", refused.stderr), refused.stderr
     assert not os.listdir(tmp_path)
 
 

@@ -104,11 +104,19 @@ class Plan(NamedTuple):
     algorithm_kwargs: dict  # the algorithm builder's arguments
 
 
-def plan(config) -> Plan:
-    """The Plan of a config: resolved (resolve), validated (validate: ValueError naming the
-    first bad field), and what follows from it computed once."""
+def checked(config) -> dict:
+    """The config resolved (resolve) and validated (validate: ValueError naming the first bad
+    field): all that can be known of it without this process's devices (a sweep's parent,
+    whose workers see other devices, stops here)."""
     config = resolve(config)
     validate(config)
+    return config
+
+
+def plan(config) -> Plan:
+    """The Plan of a config: checked (checked), and what follows from it on this process's
+    devices computed once (the runtime, the client slots)."""
+    config = checked(config)
     return Plan(config, tasks.family(config["dataset"]), runtime(config), client_slots(config),
                 expected_clients(config), local_lr_decay(config), algorithm_kwargs(config))
 
@@ -410,6 +418,13 @@ def round_input(config, client_sizes, ids, mask, batches, step_mask, local_lr) -
     return RoundInput(ids, batches, np.float32(local_lr), mask, step_mask, sizes)
 
 
+def masked(run_plan) -> bool:
+    """Whether the run's rounds carry a slot mask (simulation._sample): Bernoulli |S|, or a
+    fixed |S| padded to a multiple of the devices."""
+    return (run_plan.config["participation_mode"] == "bernoulli"
+            or run_plan.client_slots != run_plan.expected_clients)
+
+
 def first_round_input(run_plan, task: tasks.Task) -> RoundInput:
     """A round input of the run's largest shapes and its dtypes, its batches abstract
     (jax.ShapeDtypeStruct: nothing of the N x K x B input is built on the host before the
@@ -418,10 +433,8 @@ def first_round_input(run_plan, task: tasks.Task) -> RoundInput:
     config, n = run_plan.config, run_plan.client_slots
     largest = np.argsort(-np.asarray(task.client_sizes), kind="stable")
     ids = largest[np.arange(n) % config["num_clients"]].astype(np.int32)
-    # a mask as the loop's rounds have one (simulation._sample): Bernoulli, or fixed N padded
-    # to a multiple of the devices; otherwise the first round would not reuse this compile
-    padded = config["participation_mode"] == "bernoulli" or n != run_plan.expected_clients
-    mask = np.ones(n, bool) if padded else None
+    # a mask as the loop's rounds have one, else the first round would not reuse this compile
+    mask = np.ones(n, bool) if masked(run_plan) else None
     one, step_mask = task.round_batches(ids[:1], np.random.default_rng(0))
     batches = jax.tree.map(lambda x: jax.ShapeDtypeStruct((n, *x.shape[1:]), x.dtype), one)
     if step_mask is not None:

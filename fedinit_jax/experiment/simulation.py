@@ -225,8 +225,9 @@ def _progress(total, initial, enabled):
     return tqdm(total=total, initial=initial, unit="round", dynamic_ncols=True)
 
 
-def run(config: dict, workdir: str, *, log=print, progress=None, fault=None) -> list[dict]:
-    """Train (or resume) the configured experiment; returns all metrics rows.
+def run(plan, workdir: str, *, log=print, progress=None, fault=None) -> list[dict]:
+    """Train (or resume) the experiment of `plan` (experiment.plan(config), or a config,
+    planned here); returns all metrics rows.
 
     Every line goes to `log` and to <workdir>/train.log (workdir.TrainLog): first one naming
     the processes, devices, execution and client store, then one per slow step (loading,
@@ -242,10 +243,12 @@ def run(config: dict, workdir: str, *, log=print, progress=None, fault=None) -> 
     """
     fault = fault or _no_fault
     started = time.perf_counter()
-    config = experiment.resolve(config)  # config.json records what the run used
+    planned = isinstance(plan, experiment.Plan)
+    config = plan.config if planned else experiment.resolve(plan)  # as config.json records
     with _StopRequest() as stop:  # from the start: a signal while loading or compiling
         distributed.agree(config, workdir)  # every process: the same run, before any work
-        plan = experiment.plan(config)  # validated, and what follows from it: once
+        if not planned:
+            plan = experiment.plan(config)  # validated, and what follows from it: once
         primary = distributed.is_primary()
         if primary:  # a workdir in use: refused before loading and compiling
             workdir_lib.refuse_if_busy(workdir)
