@@ -138,7 +138,6 @@ def _cell_name(config, natural, default_beta) -> str:
 
 def _grid():
     """Every (name, config) of the grid, each validated; ValueError for an empty grid."""
-    from fedinit_jax import experiment
 
     empty = [f"--{f}" for f in ("algorithms", "seeds") if not getattr(FLAGS, f)]
     if empty:

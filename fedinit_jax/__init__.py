@@ -16,6 +16,7 @@ state of a large federation lives); it imports nothing of the experiment
 machinery (fedinit_jax.experiment: configs, the run loop, workdirs, checkpoints, tasks).
 """
 from fedinit_jax import algorithms, client_store, replicas
+from fedinit_jax.algorithm import build_algorithm, with_runtime
 from fedinit_jax.checks import check_round_input, check_state
 from fedinit_jax.correction import (
     ClientCorrection,
@@ -25,7 +26,7 @@ from fedinit_jax.correction import (
     ServerInput,
     compose,
 )
-from fedinit_jax.federated_round import Cohort, RoundSpec, build_algorithm, with_runtime
+from fedinit_jax.federated_round import Cohort, RoundSpec
 from fedinit_jax.types import Costs, FederatedAlgorithm, FedState, RoundInput, Runtime
 
 __all__ = ["algorithms", "replicas", "client_store", "Cohort", "build_algorithm", "check_round_input", "check_state",

@@ -64,20 +64,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from jax import lax
-from jax.sharding import NamedSharding, PartitionSpec
 
 from fedinit_jax import execution as strategies
 from fedinit_jax import local, tree
-from fedinit_jax.checks import check_beta, check_choice, check_number
-from fedinit_jax.correction import NONE, Correction, LocalContext, ServerInput
-from fedinit_jax.types import (
-    DEFAULT_RUNTIME,
-    Array,
-    FederatedAlgorithm,
-    FedState,
-    RoundInput,
-    Runtime,
-)
+from fedinit_jax.correction import Correction, LocalContext, ServerInput
+from fedinit_jax.types import Array, FedState, RoundInput, Runtime
 
 DELTA_FROM = ("global", "start")
 FIRST_VISIT = ("init", "global")
@@ -120,18 +111,6 @@ def to_storage(runtime: Runtime, pytree):
 def from_storage(runtime: Runtime, pytree):
     """Per-client state as the round computes with it (float32 when stored narrower)."""
     return pytree if runtime.client_state_dtype is None else _floats_to(jnp.float32, pytree)
-
-
-def check_runtime(runtime: Runtime) -> None:
-    """ValueError naming the field when a Runtime cannot run here."""
-    if not isinstance(runtime, Runtime):
-        raise ValueError(f"runtime must be a fedinit_jax.Runtime, got {type(runtime)}")
-    strategies.check_strategy(runtime.execution, runtime.chunk_size)
-    if not isinstance(runtime.donate_state, bool):
-        raise ValueError(f"donate_state={runtime.donate_state!r}: must be True or False")
-    if runtime.client_state_dtype is not None:  # None: the parameters' own dtype
-        check_choice("client_state_dtype", runtime.client_state_dtype, CLIENT_STATE_DTYPES)
-    strategies.client_mesh(runtime.num_devices)  # ValueError for a count not here
 
 
 def init_state(spec: RoundSpec, runtime: Runtime, beta: float, params,
@@ -365,127 +344,3 @@ def divergence_all(client_params, w) -> Array:
     models (stored dtype, widened to float32). It reads every client: the binaries take it
     on evaluation rounds only (a ClientStore streams its rows: client_store.py)."""
     return jnp.mean(tree.per_client_sq_dist(_floats_to(jnp.float32, client_params), w))
-
-
-def build_algorithm(loss_fn, *, correction: Correction = NONE, beta: float = 0.0,
-                    delta_from: str = "global", server_optimizer=None, client_optimizer=None,
-                    clip_norm=None, weight_decay=None, first_visit: str = "init",
-                    runtime: Runtime = DEFAULT_RUNTIME) -> FederatedAlgorithm:
-    """A FederatedAlgorithm for `loss_fn(params, batch, key) -> scalar`.
-
-    correction: the algorithm's plug-in (FedAvg: none; its local_gradient, if any, replaces
-    the plain gradient). server_optimizer: optax transformation applied to the
-    pseudo-gradient -mean_S(delta_i); default sgd(1.0), i.e. w <- w + mean delta.
-    client_optimizer: see local.py (None: the paper's SGD). runtime: how it runs (Runtime).
-    """
-    if not callable(loss_fn):
-        raise ValueError(f"loss_fn={loss_fn!r}: must be a callable (params, batch, key) -> "
-                         "scalar mean loss")
-    check_number("beta", beta)  # the paper sweeps -0.2..0.15
-    beta = float(beta)  # a 0-d array too
-    check_choice("delta_from", delta_from, DELTA_FROM)
-    check_choice("first_visit", first_visit, FIRST_VISIT)
-    check_number("clip_norm", clip_norm, 0.0, optional=True)  # None or 0: off
-    check_number("weight_decay", weight_decay, 0.0, optional=True)
-    for name, opt in (("server_optimizer", server_optimizer),
-                      ("client_optimizer", client_optimizer)):
-        if opt is not None and not isinstance(opt, optax.GradientTransformation):
-            raise ValueError(f"{name} must be an optax.GradientTransformation (e.g. "
-                             f"optax.adam(1e-3)), got {type(opt).__name__}")
-    spec = RoundSpec(loss_fn, correction, delta_from,
-                     optax.sgd(1.0) if server_optimizer is None else server_optimizer,
-                     client_optimizer, clip_norm, weight_decay, first_visit)
-    check_beta(spec, beta)
-    return algorithm_of(spec, runtime, beta)
-
-
-def algorithm_of(spec: RoundSpec, runtime: Runtime, beta: float = 0.0) -> FederatedAlgorithm:
-    """The algorithm of `spec` under `runtime`: init (writing `beta` into the state), and the
-    jitted round as apply, which, as a jax.jit function does, has `apply.lower` (the round
-    lowered ahead of time)."""
-    check_runtime(runtime)
-    mesh = strategies.client_mesh(runtime.num_devices)
-    donate = (0,) if runtime.donate_state else ()
-    round_fn = functools.partial(federated_round, spec, runtime)
-    replicated = None if mesh is None else NamedSharding(mesh, PartitionSpec())
-    # with a mesh the state lives replicated on it, so every round sees the same shardings
-    jitted_round = jax.jit(round_fn, donate_argnums=donate, **(
-        {} if mesh is None else {"out_shardings": replicated}))
-
-    def place(state):
-        return state if replicated is None else jax.device_put(state, replicated)
-
-    def apply(state: FedState, round_input: RoundInput, key):
-        """One round (pure, jittable): (state, round_input, key) -> (state, metrics)."""
-        return jitted_round(place(state), as_arrays(round_input), key)
-
-    def lower(state, round_input: RoundInput, key):
-        """The jit-compiled round of `apply`, lowered for these inputs without running it.
-
-        state and the leaves of round_input.batches may be jax.ShapeDtypeStruct (e.g.
-        jax.eval_shape(lambda p: algo.init(p, C), params): C by closure, it sets shapes);
-        client_ids, local_lr and the masks are small arrays. `.compile()` gives XLA's
-        account per device (`memory_analysis()`: arguments, outputs, temporaries, aliased)
-        and `cost_analysis()` (XLA's FLOPs, which count a loop body once: benchmarks/plan.py
-        counts the jaxpr instead); `apply` on inputs of the same shapes then reuses that
-        compilation."""
-        if replicated is not None:  # as apply puts it: replicated over the mesh
-            state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
-                                                                sharding=replicated), state)
-        return jitted_round.lower(state, as_arrays(round_input), key)
-
-    # C static, as the tables' row count is to apply: the same XLA program, bit for bit;
-    # with a mesh the new rows stay split over it (a process reads its own slots' rows)
-    jitted_cohort = jax.jit(functools.partial(cohort_round, spec, runtime), static_argnums=4,
-                            **({} if mesh is None else {"out_shardings": (
-                                replicated, NamedSharding(mesh, PartitionSpec("clients")),
-                                replicated)}))
-
-    def cohort(state: FedState, cohort: Cohort, round_input: RoundInput, key, num_clients):
-        return jitted_cohort(place(state), cohort, as_arrays(round_input), key,
-                             int(num_clients))
-
-    apply.lower, apply.cohort = lower, cohort
-    return FederatedAlgorithm(init=functools.partial(init_state, spec, runtime, beta),
-                              apply=apply, spec=spec, runtime=runtime)
-
-
-def initial_beta(algo: FederatedAlgorithm) -> float:
-    """The beta algo.init writes into a new state (the builder's `beta=`); a round reads the
-    state's."""
-    return algo.init.args[2]
-
-
-def with_runtime(algo: FederatedAlgorithm, runtime: Runtime | None = None,
-                 **fields) -> FederatedAlgorithm:
-    """`algo` under `runtime`, or under its own runtime with `fields` replaced (how the
-    round runs, never what it computes)."""
-    unknown = sorted(set(fields) - set(Runtime._fields))
-    if unknown:
-        raise ValueError(f"with_runtime: {', '.join(unknown)} not runtime options; "
-                         f"allowed: {', '.join(Runtime._fields)}")
-    if fields.get("execution", "chunked") != "chunked" and "chunk_size" not in fields:
-        fields["chunk_size"] = None  # leaving chunked: its chunk size goes with it
-    return algorithm_of(algo.spec, (algo.runtime if runtime is None else runtime)
-                        ._replace(**fields), initial_beta(algo))
-
-
-def apply_cohort(algo: FederatedAlgorithm, state: FedState, cohort: Cohort,
-                 round_input: RoundInput, key, num_clients: int):
-    """One round of `algo` on the cohort's rows (cohort_round, jit-compiled; pure):
-    (state, cohort, round_input, key, C) -> (state, new cohort, metrics); C a Python int.
-    For a federation whose per-client state lives in a ClientStore (client_store.py)."""
-    return algo.apply.cohort(state, cohort, round_input, key, num_clients)
-
-
-def as_arrays(round_input: RoundInput) -> RoundInput:
-    """The round input with int32 ids, a float32 lr and a bool mask (when there is one)."""
-    def optional(x, dtype):
-        return None if x is None else jnp.asarray(x, dtype)
-
-    return round_input._replace(
-        client_ids=jnp.asarray(round_input.client_ids, jnp.int32),
-        local_lr=jnp.asarray(round_input.local_lr, jnp.float32),
-        mask=optional(round_input.mask, bool),
-        step_mask=optional(round_input.step_mask, bool),
-        sizes=optional(round_input.sizes, jnp.float32))

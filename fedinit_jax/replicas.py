@@ -22,8 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedinit_jax import tree
+from fedinit_jax.algorithm import as_arrays
 from fedinit_jax.checks import check_beta, check_inputs, check_number, check_state
-from fedinit_jax.federated_round import as_arrays
 from fedinit_jax.types import FederatedAlgorithm, FedState, RoundInput
 
 

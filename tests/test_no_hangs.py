@@ -13,7 +13,7 @@ import optax
 import pytest
 from conftest import NUM_CLIENTS, QUIET, ROOT, linreg_loss, params_from, quiet_config, train
 
-from fedinit_jax import RoundInput, algorithms, check_round_input, check_state, experiment
+from fedinit_jax import RoundInput, algorithms, check_round_input, experiment
 from fedinit_jax.data import participation, shakespeare
 
 

@@ -95,7 +95,7 @@ class Plan(NamedTuple):
     """A config resolved once, before any data (plan(config)): what the build, its memory
     checks and the run loop receive instead of recomputing them from the config."""
 
-    config: dict            # resolve()d and validate()d
+    config: dict            # checked(): resolved and validated
     family: Any             # the dataset's tasks.Family
     runtime: Runtime        # how the round runs: execution resolved, devices chosen
     client_slots: int       # N, the static client axis (Bernoulli: the bound on |S|)
