@@ -32,7 +32,9 @@ CPU devices and CPU affinity). `--list --unfinished` prints the indices still to
 started, unfinished, failed) as an array spec (`sbatch --array=$(...)`).
 
 Exit code (experiments/exit_codes.py), of a run and of --list alike, the first that applies:
-2 bad flags, 1 a cell failed, 75 stopped by SIGTERM / SIGINT (the running cells checkpoint
+2 bad flags or a cell that cannot run on this process's devices (every cell is planned
+before the first runs; such a cell is recorded failed, so a --workers sweep's table says
+why), 1 a cell failed, 75 stopped by SIGTERM / SIGINT (the running cells checkpoint
 first) or (--list) cells unfinished or not started, 6 cells running elsewhere (--nowait;
 --list), 3 a cell diverged, 0 every cell done; 128 + N at a second signal N.
 """
@@ -270,17 +272,22 @@ def _run_cell(results, index, total, name, plan) -> str:
         return "failed"
 
 
-def plan_cells(grid, chosen) -> dict:
+def plan_cells(results, grid, chosen) -> dict:
     """{index: experiment.plan} of the chosen cells, on this process's devices, before the
-    first one runs; ValueError naming the cell whose config cannot run here."""
+    first one runs. A cell whose config cannot run here (e.g. more devices than a worker
+    has) is recorded 'failed' with the reason, and a ValueError names every such cell."""
     from fedinit_jax import experiment
 
-    plans = {}
+    plans, refused = {}, []
     for i in chosen:
+        name, config = grid[i]
         try:
-            plans[i] = experiment.plan(grid[i][1])
+            plans[i] = experiment.plan(config)
         except ValueError as err:
-            raise ValueError(f"cell {grid[i][0]}: {err}") from None
+            _record(results, name, config, "failed", one_line(err))
+            refused.append(f"cell {name}: {one_line(err)}")
+    if refused:
+        raise ValueError("\n".join(refused))
     return plans
 
 
@@ -430,9 +437,10 @@ def main(argv):
     chosen = [FLAGS.cell] if FLAGS.cell is not None else list(range(len(grid)))
     workers = FLAGS.workers > 1 and len(chosen) > 1  # else the cells run here: plan them
     try:
-        plans = None if workers else plan_cells(grid, chosen)
+        plans = None if workers else plan_cells(FLAGS.results, grid, chosen)
     except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
+        for line in str(err).splitlines():
+            print(f"error: {line}", file=sys.stderr)
         sys.exit(exit_codes.BAD_INPUT)
     try:
         if workers:  # each worker plans its cells on its own devices

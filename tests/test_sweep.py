@@ -117,12 +117,16 @@ def test_cells_that_would_share_a_workdir_or_be_one_run_are_refused(tmp_path):
         refused = sweep(tmp_path, *TINY, *flags, "--list")
         assert refused.returncode == 2 and message in refused.stderr, refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1
-    # what only this process's devices can tell: every cell planned before the first runs
+    assert not os.listdir(tmp_path)
+    # what only this process's devices can tell: every cell planned before the first runs,
+    # one that cannot run here recorded failed (a worker's cells: the sweep's table says why)
     refused = sweep(tmp_path, *TINY, "--config.num_devices=64")
     assert refused.returncode == 2 and re.fullmatch(
-        r"error: cell fedavg-dir0.1-beta0-E1-global-s0: config.num_devices=64: must be <= the "
-        r"\d cpu devices here\n", refused.stderr), refused.stderr
-    assert not os.listdir(tmp_path)
+        r"(error: cell fed(avg|init)-dir0.1-beta0(.1)?-E1-global-s0: config.num_devices=64: "
+        r"must be <= the \d cpu devices here\n){2}", refused.stderr), refused.stderr
+    assert status(tmp_path) == {"fedavg-dir0.1-beta0-E1-global-s0": "failed",
+                                "fedinit-dir0.1-beta0.1-E1-global-s0": "failed"}
+    assert sorted(os.listdir(tmp_path)) == ["sweep_status"]  # no cell's workdir
 
 
 def test_sigterm_reaches_the_cells_of_every_worker(tmp_path):
