@@ -140,7 +140,6 @@ def _cell_name(config, natural, default_beta) -> str:
 
 def _grid():
     """Every (name, config) of the grid, each validated; ValueError for an empty grid."""
-
     empty = [f"--{f}" for f in ("algorithms", "seeds") if not getattr(FLAGS, f)]
     if empty:
         raise ValueError(f"{' and '.join(empty)} is empty: the grid has no cell")
