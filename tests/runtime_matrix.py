@@ -194,13 +194,25 @@ def binaries(folder):
     print(json.dumps(runs))
 
 
+def reference_key(case) -> tuple:
+    """What a case's reference run depends on: cases with one key share one reference."""
+    return tuple(case[k] for k in ("algorithm", *DATA_OPTIONS))
+
+
+def shard_cases(index: int, count: int) -> list:
+    """Shard index/count of the cases, whole reference groups to a shard (a reference is
+    compiled and run once)."""
+    keys = list(dict.fromkeys(reference_key(case) for case in cases()))
+    mine = set(keys[index::count])
+    return [case for case in cases() if reference_key(case) in mine]
+
+
 def main(shard: str):
     """Run shard i/n of the cases; print one JSON line: {"ran": count, "failures": [...]}."""
     index, count = (int(v) for v in shard.split("/"))
     references, failures, ran = {}, [], 0
-    for case in cases()[index::count]:
-        key = tuple(case[k] for k in ("algorithm", "participation", "step_mask", "weights",
-                                      "dtype"))
+    for case in shard_cases(index, count):
+        key = reference_key(case)
         if key not in references:
             references[key] = run_case(case, {"execution": "sequential",
                                               "client_state_dtype": case["dtype"]})
