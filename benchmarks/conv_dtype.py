@@ -1,5 +1,5 @@
-"""The reference CNN's local steps in float32 and in bfloat16, side by side (Speed II, issue 25:
-"bf16 where it is exact enough").
+"""The reference CNN's local steps in float32 and in bfloat16, side by side: is bf16 faster,
+and exact enough?
 
 One client, K SGD steps of batch B (a jitted lax.scan), CIFAR-shaped inputs; the model's
 computation in `dtype` (models.CNN(dtype=...): parameters and the update stay float32, flax's

@@ -1,4 +1,4 @@
-"""The Shakespeare LSTM's local steps in several forms, side by side (Speed II, issue 25):
+"""The Shakespeare LSTM's local steps in several forms, side by side:
 the model's two recurrences (models/lstm.py: `scan`, flax's nn.RNN(OptimizedLSTMCell)
 differentiated by JAX; `fused`, the hand-written backward with the weight gradients as one
 GEMM over all positions), the scan form with only its input projection hoisted out of the
