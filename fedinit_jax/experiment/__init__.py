@@ -9,10 +9,12 @@ TensorBoard, tqdm, matplotlib, scikit-learn).
 
 `validate(config)` checks every field (types, ranges, names, cross-field rules) and raises
 ValueError("config.<field>=...: what is allowed") before anything is loaded or compiled.
-`plan(config)` resolves the config once (`resolve`: the values that decide the numbers
-written out), validates it and computes what follows from it (the runtime, the client slots
-N, E|S|, the lr decay, the builder's arguments); `build(plan)` loads the data and returns the
-Experiment the host loop (simulation.py) runs. The config is any mapping with the keys of
+`checked(config)` resolves the config (`resolve`: the values that decide the numbers written
+out) and validates it: what a sweep's parent knows of a cell. `plan(config)` does that once
+and computes what follows from it on this process's devices (the runtime, the client slots
+N, E|S|, the lr decay, the builder's arguments): the Plan that `build(plan)` (data, algorithm,
+memory checks, compiled round), the host loop (simulation.run), the sweep's cells and
+benchmarks/plan.py receive. The config is any mapping with the keys of
 experiments/configs/default.py (an ml_collections ConfigDict there).
 """
 import time
