@@ -133,15 +133,20 @@ def init_state(spec: RoundSpec, runtime: Runtime, beta: float, params,
     correction = spec.correction
     state = FedState(
         params=params,
-        client_params=to_storage(runtime, tree.stack(params, num_clients)),
+        # each [C, ...] table made once, in its storage dtype (cast first: no float32 table)
+        client_params=tree.stack(to_storage(runtime, params), num_clients),
         server_opt_state=spec.server_optimizer.init(params),
         server_state=correction.server.init(params),
-        client_state=to_storage(runtime, tree.stack(correction.client.init(params), num_clients)),
+        client_state=tree.stack(to_storage(runtime, correction.client.init(params)), num_clients),
         beta=jnp.asarray(beta, jnp.float32),
         rounds_done=jnp.zeros((), jnp.int32),
         client_visited=jnp.zeros((num_clients,), bool))
-    if runtime.donate_state:  # every leaf its own buffer: none shared with the caller's
-        state = jax.tree.map(jnp.copy, state)  # params or another leaf (Adam's m, v)
+    if runtime.donate_state:  # no leaf may share a buffer with the caller's params: the
+        # server-side leaves are copied (the optimizer's or correction's init may hold params);
+        # the [C, ...] tables are new arrays already, and copying them would double the
+        # peak memory of init
+        state = state._replace(**{field: jax.tree.map(jnp.copy, getattr(state, field))
+                                  for field in ("params", "server_opt_state", "server_state")})
     return state
 
 
