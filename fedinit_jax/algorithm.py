@@ -135,8 +135,12 @@ def algorithm_of(spec: RoundSpec, runtime: Runtime, beta: float = 0.0) -> Federa
 
 def initial_beta(algo: FederatedAlgorithm) -> float:
     """The beta algo.init writes into a new state (the builder's `beta=`); a round reads the
-    state's."""
-    return algo.init.args[2]
+    state's. ValueError for an algorithm no builder made."""
+    init = algo.init
+    if not (isinstance(init, functools.partial) and init.func is init_state):
+        raise ValueError("an algorithm made by a builder (fedinit_jax.algorithms, "
+                         f"build_algorithm) is needed here, got init={init!r}")
+    return init.args[2]
 
 
 def with_runtime(algo: FederatedAlgorithm, runtime: Runtime | None = None,
