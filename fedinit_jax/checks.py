@@ -121,13 +121,15 @@ def check_state(algo: FederatedAlgorithm, state: FedState) -> None:
     builders making one round. Reads beta from the device: call it once after init or a
     restore, not every round. A replica state (replicas.init: every leaf with a leading [R]
     axis, beta [R]) is checked replica by replica."""
-    if isinstance(state, FedState) and np.ndim(state.beta) == 1:
-        for r in range(np.shape(state.beta)[0]):
-            check_state(algo, jax.tree.map(lambda x, r=r: x[r], state))
-        return
-    _check_structure(algo, state)
+    replicated = isinstance(state, FedState) and np.ndim(state.beta) == 1
+    if replicated:  # one replica's shapes (nothing sliced or copied), and every beta
+        _check_structure(algo, jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), state))
+    else:
+        _check_structure(algo, state)
     if not isinstance(state.beta, jax.core.Tracer):
-        check_beta(algo.spec, float(state.beta))
+        for beta in np.atleast_1d(np.asarray(state.beta)):
+            check_beta(algo.spec, float(beta))
 
 
 def check_round_input(algo: FederatedAlgorithm, state: FedState,

@@ -58,7 +58,9 @@ def test_replicas_run_inside_a_users_jit_and_scan_with_separate_host_checks(linr
 
     algo = algorithms.fedinit(linreg_loss)
     states = replicas.init(algo, params_from(theta0), NUM_CLIENTS, betas=[0.0, 0.1])
-    check_state(algo, states)  # a replica state: each replica's structure; betas a sweep
+    check_state(algo, states)  # a replica state: one replica's structure; betas a sweep
+    with pytest.raises(ValueError, match="state.server_state does not match"):
+        check_state(algorithms.scaffold(linreg_loss), states)  # SCAFFOLD keeps c
     apply = replicas.make_apply(algo, shared_input=True)
     ids, xs, ys, lr = linreg_rounds[0]
     inp = RoundInput(ids, (xs, ys), lr)
