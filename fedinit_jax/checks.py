@@ -120,7 +120,7 @@ def check_state(algo: FederatedAlgorithm, state: FedState) -> None:
     by `fedavg(...).init` runs FedAvg under `fedinit(...).apply`, as it should, the two
     builders making one round. Reads beta from the device: call it once after init or a
     restore, not every round. A replica state (replicas.init: every leaf with a leading [R]
-    axis, beta [R]) is checked replica by replica."""
+    axis, beta [R]) is checked by one replica's shapes and every replica's beta."""
     replicated = isinstance(state, FedState) and np.ndim(state.beta) == 1
     if replicated:  # one replica's shapes (nothing sliced or copied), and every beta
         _check_structure(algo, jax.tree.map(
