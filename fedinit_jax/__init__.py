@@ -16,7 +16,7 @@ state of a large federation lives); it imports nothing of the experiment
 machinery (fedinit_jax.experiment: configs, the run loop, workdirs, checkpoints, tasks).
 """
 from fedinit_jax import algorithms, client_store, replicas
-from fedinit_jax.algorithm import build_algorithm, with_runtime
+from fedinit_jax.builder import build_algorithm, with_runtime
 from fedinit_jax.checks import check_round_input, check_state
 from fedinit_jax.correction import (
     ClientCorrection,

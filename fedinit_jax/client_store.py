@@ -1,5 +1,5 @@
 """Where the per-client state lives: a ClientStore gathers the cohort's rows before a round
-and scatters the new ones after; the round (algorithm.apply_cohort) reads and writes nothing
+and scatters the new ones after; the round (builder.apply_cohort) reads and writes nothing
 else, so it costs what its N sampled clients cost, whatever the federation's size C.
 
     store = client_store.HostStore(algo, params, num_clients=1_000_000)
@@ -36,7 +36,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from fedinit_jax import execution, tree
-from fedinit_jax.algorithm import apply_cohort, as_arrays
+from fedinit_jax.builder import apply_cohort, as_arrays
 from fedinit_jax.checks import require
 from fedinit_jax.federated_round import Cohort, divergence_all, to_storage
 from fedinit_jax.types import FederatedAlgorithm, FedState, RoundInput

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedinit_jax import tree
-from fedinit_jax.algorithm import as_arrays
+from fedinit_jax.builder import as_arrays
 from fedinit_jax.checks import check_beta, check_inputs, check_number, check_state
 from fedinit_jax.types import FederatedAlgorithm, FedState, RoundInput
 

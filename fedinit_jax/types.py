@@ -142,7 +142,7 @@ class FederatedAlgorithm(NamedTuple):
     runtime: the Runtime it runs under; `fedinit_jax.with_runtime(algo, ...)` gives the
       same algorithm under another.
     The same round on the sampled clients' rows only, for a federation whose per-client
-    state lives in a ClientStore: algorithm.apply_cohort(algo, ...). What an
+    state lives in a ClientStore: builder.apply_cohort(algo, ...). What an
     algorithm communicates and stores: algorithms.REGISTRY[name].costs, fedinit_jax.costs.
     """
 

@@ -202,7 +202,7 @@ def test_stateful_server_optimizer_with_global_ri_is_refused_and_why(linreg_roun
     algorithms.fedinit(linreg_loss, server_optimizer=optax.sgd(0.5))
     algorithms.fedadam(linreg_loss)
     algorithms.fedadam(linreg_loss, beta=0.1, delta_from="start")
-    from fedinit_jax.algorithm import algorithm_of
+    from fedinit_jax.builder import algorithm_of
     from fedinit_jax.correction import NONE
     from fedinit_jax.federated_round import RoundSpec
     from fedinit_jax.types import DEFAULT_RUNTIME

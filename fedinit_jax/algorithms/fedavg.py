@@ -10,8 +10,8 @@ Every other baseline is this builder with a Correction or a server optimizer plu
 """
 import optax
 
-from fedinit_jax.algorithm import build_algorithm
 from fedinit_jax.algorithms.options import shares_fedavg_options
+from fedinit_jax.builder import build_algorithm
 from fedinit_jax.checks import check_number
 from fedinit_jax.correction import NONE
 from fedinit_jax.types import DEFAULT_RUNTIME, Runtime

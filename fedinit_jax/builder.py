@@ -1,4 +1,5 @@
-"""A RoundSpec made a FederatedAlgorithm: the pair (init, apply) the builders return.
+"""The one builder under every algorithm's: a RoundSpec made a FederatedAlgorithm, the pair
+(init, apply) the builders of fedinit_jax.algorithms return.
 
     algo = build_algorithm(loss_fn, correction=..., beta=..., ...)   # what every builder calls
     state = algo.init(params, num_clients)      # federated_round.init_state, beta written in
