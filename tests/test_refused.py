@@ -47,6 +47,17 @@ def test_shakespeare_refuses_the_image_split_fields(field, value):
     experiment.validate(SHAKESPEARE)
 
 
+def test_a_bernoulli_draw_method_without_bernoulli_participation_is_refused():
+    with pytest.raises(ValueError, match="config.participation_draw='count': how a Bernoulli S "
+                                         "is drawn, but participation_mode is 'fixed'"):
+        experiment.validate({**quiet_config(), "participation_draw": "count"})
+    with pytest.raises(ValueError, match="config.participation_draw='poisson': allowed: "
+                                         "per_client, count"):
+        experiment.validate({**quiet_config(), "participation_draw": "poisson"})
+    experiment.validate({**quiet_config(), "participation_mode": "bernoulli",
+                         "participation_draw": "count"})
+
+
 def test_a_chunk_size_without_chunked_execution_is_refused():
     with pytest.raises(ValueError, match="config.chunk_size=4: only execution=chunked"):
         experiment.validate({**quiet_config(), "execution": "vmap", "chunk_size": 4})

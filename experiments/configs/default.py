@@ -26,6 +26,10 @@ def get_config():
     c.participation = 0.25          # clients per round = round(participation * num_clients)
     c.participation_mode = "fixed"  # fixed (that many, uniform) | bernoulli (each client with
                                     # probability participation, as the authors' code)
+    c.participation_draw = "per_client"  # bernoulli only: per_client (a uniform per client,
+                                    # O(C) a round) | count (|S| ~ Binomial(C, p), then |S|
+                                    # clients: O(|S|), for millions of clients); one
+                                    # distribution, different random streams
     c.partition = "dirichlet"       # iid | dirichlet | pathological
     c.dirichlet_alpha = 0.1
     c.classes_per_client = 2        # pathological only

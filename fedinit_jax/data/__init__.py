@@ -3,6 +3,7 @@ per-round inputs and on-device augmentation. Everything but augmentation is host
 from fedinit_jax.data.augment import augment, normalize
 from fedinit_jax.data.embedded import load_digits
 from fedinit_jax.data.participation import (
+    BERNOULLI_DRAWS,
     MIN_NONEMPTY,
     PARTICIPATION_MODES,
     bernoulli_bound,
@@ -18,6 +19,6 @@ from fedinit_jax.data.tfds_source import load
 
 __all__ = ["augment", "normalize", "load_digits", "dirichlet", "iid", "pathological",
            "summarize", "ClientShards", "build_shards", "round_batches",
-           "sample_clients", "steps_per_epoch", "load", "PARTICIPATION_MODES",
+           "sample_clients", "steps_per_epoch", "load", "PARTICIPATION_MODES", "BERNOULLI_DRAWS",
            "bernoulli_bound", "pad", "sample_bernoulli", "MIN_NONEMPTY", "nonempty_probability",
            "spread"]

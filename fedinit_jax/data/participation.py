@@ -7,7 +7,14 @@ bernoulli (the authors' code, with which the paper's tables were made):
     every client takes part with probability `participation`, independently, every round;
     |S| ~ Binomial(C, participation) varies from round to round, and an empty draw is
     redrawn. (The authors seed numpy with seed + round + redraw count; here the draws come
-    from this library's per-round Generator, the same distribution.)
+    from this library's per-round Generator, the same distribution.) Two ways to make the
+    draw (BERNOULLI_DRAWS), one distribution, different random streams:
+      per_client: one uniform number per client, u_i < p: O(C) a round (the default; the
+        stream of every run made before `count` existed);
+      count: |S| ~ Binomial(C, p), then |S| distinct clients uniformly (numpy's
+        Generator.choice without replacement): O(|S|) a round, whatever C. Independent
+        inclusions with probability p are exactly a binomial count and a uniform subset of
+        that size, so both draws give every S the probability p^|S| (1 - p)^(C - |S|).
 
 A compiled round has a static client axis N. Bernoulli rounds pad S to the bound
 N = bernoulli_bound(C, p): the smallest n with P(|S| > n) <= 1e-6, rounded up to a multiple
@@ -28,6 +35,7 @@ import math
 import numpy as np
 
 PARTICIPATION_MODES = ("fixed", "bernoulli")
+BERNOULLI_DRAWS = ("per_client", "count")  # how a Bernoulli S is drawn (module doc)
 TAIL = 1e-6  # the probability per round that |S| exceeds the static bound
 
 
@@ -47,19 +55,27 @@ def nonempty_probability(num_clients: int, p: float) -> float:
     return 1.0 if p >= 1.0 else -math.expm1(num_clients * math.log1p(-p))
 
 
-def sample_bernoulli(rng: np.random.Generator, num_clients: int, p: float) -> np.ndarray:
-    """Every client with probability p (redrawn while none is drawn), sorted (int32 [|S|]).
+def sample_bernoulli(rng: np.random.Generator, num_clients: int, p: float,
+                     draw: str = "per_client") -> np.ndarray:
+    """Every client with probability p (redrawn while none is drawn), sorted (int32 [|S|]),
+    drawn per client (O(C)) or as a count and a subset (O(|S|)): the module doc.
 
     ValueError when a draw is almost never non-empty (P < MIN_NONEMPTY), so that the redraws
     of a round are bounded."""
     if not 0.0 < p <= 1.0:
         raise ValueError(f"participation={p!r} must be in (0, 1]")
+    if draw not in BERNOULLI_DRAWS:
+        raise ValueError(f"draw={draw!r}: allowed: {', '.join(BERNOULLI_DRAWS)}")
     if nonempty_probability(num_clients, p) < MIN_NONEMPTY:
         raise ValueError(f"participation={p!r} with {num_clients} clients draws nobody with "
                          f"probability {1 - nonempty_probability(num_clients, p):.6f}: needs "
                          f"1 - (1 - participation)^num_clients >= {MIN_NONEMPTY}")
     for _ in range(MAX_DRAWS):
-        ids = np.flatnonzero(rng.random(num_clients) < p).astype(np.int32)
+        if draw == "count":
+            ids = np.sort(rng.choice(num_clients, rng.binomial(num_clients, p),
+                                     replace=False)).astype(np.int32)
+        else:
+            ids = np.flatnonzero(rng.random(num_clients) < p).astype(np.int32)
         if ids.size:
             return ids
     raise RuntimeError(f"{MAX_DRAWS} empty Bernoulli draws in a row (p={p}, C={num_clients})")

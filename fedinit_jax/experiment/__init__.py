@@ -35,6 +35,7 @@ OPTIONS = ("delta_from", "weight_decay", "clip_norm", "first_visit")
 # fields added after runs were first saved, with the value that means "as before": a saved
 # config.json without such a field resumes under a config that keeps this value
 ADDED_FIELDS = {"client_state_dtype": "float32", "participation_mode": "fixed",
+                "participation_draw": "per_client",
                 "local_steps": 0, "aggregation": "uniform", "client_store": "auto",
                 "first_visit": "init"}
 # where the per-client state lives (fedinit_jax/client_store.py); auto: the device when the
@@ -183,6 +184,11 @@ def validate(config) -> None:
     _choice(config, "conv", models.CONV_IMPLEMENTATIONS)
     _choice(config, "partition", PARTITIONS)
     _choice(config, "participation_mode", data.PARTICIPATION_MODES)
+    _choice(config, "participation_draw", data.BERNOULLI_DRAWS)
+    if config["participation_mode"] == "fixed" and config["participation_draw"] != "per_client":
+        _fail("participation_draw", config["participation_draw"],
+              "how a Bernoulli S is drawn, but participation_mode is 'fixed': it would change "
+              "nothing (use participation_mode=bernoulli, or leave it at per_client)")
     _choice(config, "delta_from", DELTA_FROM)
     _choice(config, "first_visit", FIRST_VISIT)
     _choice(config, "client_state_dtype", CLIENT_STATE_DTYPES)

@@ -573,7 +573,8 @@ def _sample(exp, config, t, log):
         if ids.size == exp.plan.client_slots:
             return ids, None
         return data.pad(ids, exp.plan.client_slots)  # slots to a multiple of the devices
-    ids = data.sample_bernoulli(rng, config["num_clients"], config["participation"])
+    ids = data.sample_bernoulli(rng, config["num_clients"], config["participation"],
+                                config["participation_draw"])
     if ids.size > exp.plan.client_slots:
         log(f"round {t + 1}: {ids.size} clients sampled, more than the static bound "
             f"{exp.plan.client_slots}; this round is padded further (one more compilation)")
