@@ -14,7 +14,8 @@ bernoulli (the authors' code, with which the paper's tables were made):
       count: |S| ~ Binomial(C, p), then |S| distinct clients uniformly (numpy's
         Generator.choice without replacement): O(|S|) a round, whatever C. Independent
         inclusions with probability p are exactly a binomial count and a uniform subset of
-        that size, so both draws give every S the probability p^|S| (1 - p)^(C - |S|).
+        that size, so both draws give every non-empty S the probability
+        p^|S| (1 - p)^(C - |S|) / (1 - (1 - p)^C) (an empty draw is redrawn).
 
 A compiled round has a static client axis N. Bernoulli rounds pad S to the bound
 N = bernoulli_bound(C, p): the smallest n with P(|S| > n) <= 1e-6, rounded up to a multiple
