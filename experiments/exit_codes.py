@@ -4,8 +4,10 @@ A batch scheduler can act on them: requeue on REQUEUE (SLURM: the recipe's
 `scontrol requeue`; Kubernetes: a podFailurePolicy rule `onExitCodes: {operator: In,
 values: [75]}, action: Ignore`), report the others as they are.
 
-Imports nothing: experiments/early_stop.py uses it before anything else is loaded.
+Imports nothing but os: experiments/early_stop.py uses it before anything else is loaded.
 """
+import os
+
 DONE = 0          # finished: every round (train), every cell done (sweep)
 CELL_FAILED = 1   # sweep: a cell ended in an error (its line and status file say which)
 BAD_INPUT = 2     # a bad flag, config value or workdir, missing or damaged data: one line
@@ -13,8 +15,8 @@ DIVERGED = 3      # a round's loss or parameters were not finite (sweep: a cell 
 WRITE_FAILED = 4  # a checkpoint or metrics write failed (disk full, quota, I/O)
 PEER_LOST = 5     # a process of a multi-process run never joined, or died
 ELSEWHERE = 6     # sweep: cells are running in another process (--nowait, --list)
-REQUEUE = 75      # EX_TEMPFAIL: stopped by SIGTERM / SIGINT after a checkpoint (or before any
-                  # work), or (sweep) cells unfinished: rerun the same command to continue
+REQUEUE = os.EX_TEMPFAIL  # 75: stopped by SIGTERM / SIGINT after a checkpoint (or before
+                          # any work), or (sweep) cells unfinished: rerun to continue
 SECOND_SIGNAL = 128  # + N: a second signal N ended the process at once (last checkpoint kept)
 
 MEANING = {DONE: "done", CELL_FAILED: "a cell failed", BAD_INPUT: "bad input",

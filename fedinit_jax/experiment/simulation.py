@@ -37,7 +37,7 @@ from fedinit_jax.experiment.checkpoint import Checkpointer
 from fedinit_jax.experiment.workdir import WorkdirBusy, WorkdirError, WriteError, read_metrics  # noqa: F401 (API)
 from fedinit_jax.federated_round import divergence_all
 
-REQUEUE_EXIT = 75  # stopped, rerun to continue (experiments/exit_codes.py: REQUEUE)
+REQUEUE_EXIT = os.EX_TEMPFAIL  # 75: stopped, rerun to continue (experiments/exit_codes.py)
 RESUMABLE_CHANGES = ("rounds",)  # fields that may differ when a run is resumed (extended)
 EVALUATION_ONLY = ("eval_seconds", "divergence_all")  # besides test_*: evaluation rounds
 
