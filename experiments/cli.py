@@ -6,6 +6,8 @@ import sys
 
 from absl import flags
 
+from experiments import exit_codes
+
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 
 
@@ -32,7 +34,7 @@ def one_line(err: BaseException) -> str:
 
 def _fail(message: str):
     print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(exit_codes.BAD_INPUT)
 
 
 def _describe(err: BaseException) -> str:

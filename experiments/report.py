@@ -25,6 +25,7 @@ from collections import defaultdict
 import numpy as np
 from absl import app, flags
 
+from experiments import exit_codes
 from experiments.cli import parse_flags
 
 flags.DEFINE_string("out", None, "Output folder for tables.md and the PNGs.")
@@ -381,12 +382,12 @@ def main(argv):
     folders = argv[1:]
     if not folders or not FLAGS.out:
         print("error: usage: report.py FOLDER [FOLDER ...] --out DIR", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(exit_codes.BAD_INPUT)
     try:
         print(report(folders, FLAGS.out, FLAGS.window, FLAGS.last, FLAGS.target))
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(exit_codes.BAD_INPUT)
 
 
 if __name__ == "__main__":

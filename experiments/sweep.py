@@ -409,12 +409,12 @@ def main(argv):
 
     if not FLAGS.results:
         print("error: --results is required", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(exit_codes.BAD_INPUT)
     try:
         grid = _grid()
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(exit_codes.BAD_INPUT)
     if FLAGS.unfinished and not FLAGS.list:
         print("error: --unfinished goes with --list", file=sys.stderr)
         sys.exit(exit_codes.BAD_INPUT)

@@ -58,7 +58,7 @@ def main(argv):
     logging.set_verbosity(logging.FATAL)
     if not FLAGS.workdir:
         print("error: --workdir is required", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(exit_codes.BAD_INPUT)
     config = FLAGS.config.to_dict()
     by_hand = (FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
     multi_process = FLAGS.distributed or any(v is not None for v in by_hand)
@@ -66,7 +66,7 @@ def main(argv):
         if not 1 <= FLAGS.distributed_timeout <= MAX_TIMEOUT:
             print(f"error: --distributed_timeout={FLAGS.distributed_timeout}: must be in "
                   f"[1, {MAX_TIMEOUT}] (seconds)", file=sys.stderr)
-            sys.exit(2)
+            sys.exit(exit_codes.BAD_INPUT)
         sys.exit(supervise.run_child(FLAGS.distributed_timeout,
                                      FLAGS.num_processes or "all"))
     # after flag parsing and in the trainer only: neither a bad flag nor a multi-process run's
