@@ -98,11 +98,15 @@ def _spec_of(pytree):
             [(tuple(x.shape), jnp.dtype(x.dtype)) for x in jax.tree.leaves(pytree)])
 
 
-def _check_structure(algo: FederatedAlgorithm, state) -> int:
+def check_structure(algo: FederatedAlgorithm, state) -> int:
     """ValueError unless `state` has the structure, shapes and dtypes algo.init makes (e.g. a
-    SCAFFOLD state handed to FedCM); returns C."""
+    SCAFFOLD state handed to FedCM); returns C. A replica state (replicas.init: every leaf
+    with a leading [R] axis, beta [R]) is checked by one replica's shapes (nothing sliced or
+    copied). No device read."""
     if not isinstance(state, FedState):
         raise ValueError(f"state must be a FedState from algo.init, got {type(state)}")
+    if np.ndim(state.beta) == 1:
+        state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), state)
     num_clients = jax.tree.leaves(state.client_params)[0].shape[0]
     leaves = tuple((tuple(x.shape), jnp.dtype(x.dtype)) for x in jax.tree.leaves(state.params))
     want = _expected_state(algo.init, jax.tree.structure(state.params), leaves, num_clients)
@@ -121,12 +125,7 @@ def check_state(algo: FederatedAlgorithm, state: FedState) -> None:
     builders making one round. Reads beta from the device: call it once after init or a
     restore, not every round. A replica state (replicas.init: every leaf with a leading [R]
     axis, beta [R]) is checked by one replica's shapes and every replica's beta."""
-    replicated = isinstance(state, FedState) and np.ndim(state.beta) == 1
-    if replicated:  # one replica's shapes (nothing sliced or copied), and every beta
-        _check_structure(algo, jax.tree.map(
-            lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), state))
-    else:
-        _check_structure(algo, state)
+    check_structure(algo, state)
     if not isinstance(state.beta, jax.core.Tracer):
         for beta in np.atleast_1d(np.asarray(state.beta)):
             check_beta(algo.spec, float(beta))
@@ -138,7 +137,7 @@ def check_round_input(algo: FederatedAlgorithm, state: FedState,
     runtime (ids in range and distinct, [N, K, B] batches, masks, sizes, lr, N a multiple of
     the devices), or the state is not algo's. Host-side, no device read: the binaries call
     it before every round; `algo.apply` itself checks nothing, so it can be jitted."""
-    num_clients = _check_structure(algo, state)
+    num_clients = check_structure(algo, state)
     check_inputs(round_input, num_clients, algo.runtime.num_devices or 1)
 
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from fedinit_jax import tree
 from fedinit_jax.builder import as_arrays
-from fedinit_jax.checks import check_beta, check_inputs, check_number, check_state
+from fedinit_jax.checks import check_beta, check_inputs, check_number, check_structure
 from fedinit_jax.types import FederatedAlgorithm, FedState, RoundInput
 
 
@@ -78,10 +78,10 @@ def check_round_input(algo: FederatedAlgorithm, states: FedState, round_input: R
                       shared_input: bool = True) -> None:
     """ValueError naming the field when `round_input` cannot run on the replica states
     (checks.check_round_input's rules, per replica), or when shared_input=False and
-    a leaf lacks the leading [R] axis. Host-side, as for algo.apply."""
-    check_state(algo, states)
+    a leaf lacks the leading [R] axis. Host-side and without a device read, as for
+    algo.apply (check_state, once, also reads the betas)."""
+    num_clients = check_structure(algo, states)
     num_replicas = int(np.shape(states.beta)[0])
-    num_clients = jax.tree.leaves(states.client_params)[0].shape[1]
     if shared_input:
         check_inputs(round_input, num_clients, algo.runtime.num_devices or 1)
         return
