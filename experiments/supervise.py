@@ -7,7 +7,7 @@ JAX's distributed runtime already bounds both waits: a process that does not joi
 C++ stack trace. The binaries set both to --distributed_timeout and run the training in a
 child process under this supervisor, which passes the child's output through, forwards
 SIGTERM / SIGINT to it (so the run checkpoints as usual), and turns that abort into one line
-naming the missing processes and exit code PEER_EXIT.
+naming the missing processes and exit code exit_codes.PEER_LOST.
 """
 import ctypes
 import os
@@ -19,7 +19,6 @@ import threading
 
 from experiments import exit_codes
 
-PEER_EXIT = exit_codes.PEER_LOST  # a peer process never joined, or died
 CHILD_ENV = "FEDINIT_SUPERVISED"  # set in the child: it trains instead of supervising
 FATAL = "Terminating process because the JAX distributed service detected fatal errors"
 
@@ -83,6 +82,6 @@ def run_child(timeout: float, num_processes) -> int:
     text = "".join(captured)
     if FATAL in text:
         print(f"error: distributed: {explain(text, timeout, num_processes)}", file=sys.stderr)
-        return PEER_EXIT
+        return exit_codes.PEER_LOST
     sys.stderr.write(text)  # a log line that was not fatal after all
     return code if code >= 0 else 128 - code
