@@ -28,9 +28,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from benchmarks.timing import MEAN, STD, matmul_peak, round_data  # noqa: E402
+from benchmarks.timing import image_loss, matmul_peak, round_data  # noqa: E402
 from experiments.results import markdown  # noqa: E402
-from fedinit_jax import algorithms, losses, models, with_runtime  # noqa: E402
+from fedinit_jax import algorithms, models, with_runtime  # noqa: E402
 
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (\S+?)(?:\{[^}]*\})? ([\w\-]+)\((.*)$")
 _SHAPE = re.compile(r"\[([\d,]*)\]")
@@ -106,7 +106,7 @@ def profile(model_name, conv, steps, batch):
     """{instruction: seconds per local step}, the compiled text, the wall time per step."""
     model = models.get(model_name, 10, conv=conv)
     params = model.init(jax.random.key(0), (32, 32, 3))
-    loss = losses.classification_loss(model.apply, MEAN, STD, augment=True)
+    loss = image_loss(model)
     algo = with_runtime(algorithms.get("fedavg", loss), execution="sequential")
     state = algo.init(params, num_clients=1)
     inp = round_data(1, steps, batch)

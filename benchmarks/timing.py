@@ -1,6 +1,7 @@
 """What the round benchmarks share: the round inputs, the models with the library's CIFAR
 statistics, round-robin timing, a matmul peak and XLA's memory account. Imported by
-round_speed.py, lstm_speed.py and profile_ops.py (each puts the repository on sys.path)."""
+round_speed.py, lstm_speed.py, profile_ops.py and bernoulli_draw.py (each puts the repository
+on sys.path)."""
 import statistics
 import time
 
