@@ -27,15 +27,18 @@ move by the cohort's changes (their server states), and the paper's Delta^t =
 (1/C) sum_C ||w_i - w||^2 is `divergence_all`, streamed over the rows in chunks (the rows
 never sampled add (C - M) ||w^0 - w||^2 at once).
 """
+import errno
 import math
 import os
+import re
+import shutil
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from fedinit_jax import execution, tree
+from fedinit_jax import execution, row_deltas, tree
 from fedinit_jax.builder import apply_cohort, as_arrays
 from fedinit_jax.checks import require
 from fedinit_jax.federated_round import Cohort, divergence_all, to_storage
@@ -127,6 +130,18 @@ def _local_rows(x, at, count) -> np.ndarray:
     return out
 
 
+def _written(future, path) -> None:
+    """Wait for a tensorstore write; a failure (disk full, I/O) as the OSError it is, naming
+    the array (the binaries report an OSError while writing as a failed write)."""
+    try:
+        future.result()
+    except ValueError as err:
+        found = re.search(r"os_error_code='?(\d+)", str(err))
+        code = int(found.group(1)) if found else errno.EIO
+        raise OSError(code, f"{os.strerror(code)} ({str(err).splitlines()[0][:160]})",
+                      path) from None
+
+
 class _Layout:
     """A row as one flat vector: the leaves of a Cohort row, raveled and concatenated (one
     dtype, the storage dtype); client params first, so Delta^t reads a prefix."""
@@ -158,21 +173,28 @@ class _Layout:
             start += size
         return jax.tree.unflatten(self.treedef, parts)
 
-    def sq_dist(self, flat, w_flat) -> float:
-        """sum over the rows of ||w_i - w||^2 (float64 sum of float32 squares)."""
-        diff = flat[:, :self.params_width].astype(np.float32) - w_flat[None]
-        return float(np.sum(np.einsum("ij,ij->i", diff, diff), dtype=np.float64))
+    def sq_dists(self, flat, w_flat) -> np.ndarray:
+        """[N] ||w_i - w||^2 of each row: float32 differences, squared and summed in
+        float64 row by row (a row's value does not depend on the rows beside it)."""
+        diff = (flat[:, :self.params_width].astype(np.float32) - w_flat[None]).astype(np.float64)
+        return np.sum(diff * diff, axis=1)
 
 
 def _flat_params(w) -> np.ndarray:
     return np.concatenate([np.asarray(x, np.float32).ravel() for x in jax.tree.leaves(w)])
 
 
-def _check_ids(ids, num_clients):
+def _check_ids(ids, num_clients, unique=False):
+    """ids as int64, ValueError unless a 1-D array in [0, num_clients) (and, for a
+    scatter, without repeats: one client cannot have two new rows)."""
     ids = np.asarray(ids)
     if ids.ndim != 1 or (ids.size and (ids.min() < 0 or ids.max() >= num_clients)):
         raise ValueError(f"client ids must be a 1-D array in [0, {num_clients}), got "
                          f"{ids.tolist()[:10]}")
+    if unique and np.unique(ids).size != ids.size:
+        values, counts = np.unique(ids, return_counts=True)
+        raise ValueError(f"client ids must not repeat within a round, got "
+                         f"{values[counts > 1].tolist()[:10]} more than once")
     return ids.astype(np.int64)
 
 
@@ -205,47 +227,54 @@ class _Lazy:
     """What HostStore and DiskStore share: rows created when first written, reads of the
     others as the initial row, Delta^t streamed, and incremental checkpoints.
 
-    Checkpoints (the binaries' resume, exact after a kill at any moment): attach(folder)
-    starts a journal of the ids written (appended before their rows are written);
-    checkpoint(t) saves the rows written since the last committed checkpoint as
-    folder/delta-<t>.npz (one file, renamed into place: the rows of round t's cohorts only,
-    not C); committed(t) empties the journal once the server state of round t is saved too;
-    restore(t) brings the rows back to round t: deltas after t are removed, and every row
-    the journal names is rewritten from the newest delta <= t that holds it, or forgotten
-    (a client first sampled after t)."""
+    Checkpoints (the binaries' resume, exact after a kill at any moment; row_deltas.py):
+    attach(folder) names the folder of the store's record; checkpoint(t) writes the rows
+    written since the previous checkpoint as folder/delta-<t>.npz and returns the manifest
+    of checkpoint t (every delta up to t, with sizes and sha256), which the caller commits
+    with the server state (the orbax checkpoint); committed(t) starts the next delta;
+    restore(t, manifest) brings the rows back to round t whatever the working copy holds:
+    the deltas are verified against the manifest, the working copy rebuilt or repaired
+    from their fold, and the deltas after t removed."""
 
     def _init_lazy(self, algo, params, num_clients):
         if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
             raise ValueError(f"num_clients={num_clients!r} must be a positive int")
         self.num_clients = int(num_clients)
         self.layout = _Layout(initial_row(algo, params))
-        self.folder = self._journal = None
+        self.folder = None
+        self._written = set()  # ids written since the last checkpoint (once attached)
+        self._recorded = set()  # ids some delta holds (once attached)
+        self._entries = []  # the manifest entries of the deltas so far
 
     def gather(self, ids) -> Cohort:
         flat, present = self._read_flat(_check_ids(ids, self.num_clients))
         return self.layout.unflatten(flat)._replace(client_visited=jnp.asarray(present))
 
     def scatter(self, ids, rows: Cohort) -> None:
-        ids = _check_ids(ids, self.num_clients)
+        ids = _check_ids(ids, self.num_clients, unique=True)
         if not ids.size:
             return
-        self.journal(ids)  # before the rows: a kill between leaves a named id
+        self.journal(ids)
         self._write_flat(ids, self.layout.flatten(rows))
 
     def journal(self, ids) -> None:
-        """Name ids as about to be written (kept for checkpoint / restore once attached)."""
-        if self._journal is not None:
-            self._journal.write(np.asarray(ids, np.int64).tobytes())
-            self._journal.flush()
+        """Name ids as written in this round (the next checkpoint's delta holds their rows)."""
+        if self.folder is not None:
+            self._written.update(np.asarray(ids, np.int64).tolist())
 
     def divergence_all(self, w) -> float:
+        """Delta^t = (1/C) sum_C ||w_i - w||^2 over every row, the rows never written as
+        w^0. Each row's term in float64 from float32 differences, summed exactly
+        (math.fsum): the result does not depend on the order rows were written in, so a
+        resumed run gives an uninterrupted run's value to the bit. The device tables'
+        divergence_all sums in float32 and agrees to float32 rounding (~1e-6 relative)."""
         w_flat = _flat_params(w)
         held = self._held_ids()
-        total = sum(self.layout.sq_dist(self._read_flat(held[s:s + CHUNK_ROWS])[0], w_flat)
-                    for s in range(0, held.size, CHUNK_ROWS))
-        total += (self.num_clients - held.size) * self.layout.sq_dist(
-            self.layout.initial[None], w_flat)
-        return total / self.num_clients
+        terms = [self.layout.sq_dists(self._read_flat(held[s:s + CHUNK_ROWS])[0], w_flat)
+                 for s in range(0, held.size, CHUNK_ROWS)]
+        unwritten = (self.num_clients - held.size) * float(
+            self.layout.sq_dists(self.layout.initial[None], w_flat)[0])
+        return math.fsum([unwritten, *(float(x) for t in terms for x in t)]) / self.num_clients
 
     @property
     def rows_held(self) -> int:
@@ -253,58 +282,56 @@ class _Lazy:
 
     # -------------------------------------------------------------- incremental checkpoints
     def attach(self, folder: str) -> None:
-        """Journal the ids written from now on into folder (checkpoint / restore)."""
+        """Keep the store's record (deltas) in folder: checkpoint / restore."""
         os.makedirs(folder, exist_ok=True)
+        row_deltas.remove_temporaries(folder)
+        legacy = os.path.join(folder, "journal")  # the id journal of earlier versions
+        if os.path.exists(legacy):
+            os.remove(legacy)
         self.folder = folder
-        self._journal = open(os.path.join(folder, "journal"), "ab")
 
-    def _journaled(self) -> np.ndarray:
-        self._journal.flush()
-        with open(os.path.join(self.folder, "journal"), "rb") as f:
-            data = f.read()
-        return np.unique(np.frombuffer(data[:len(data) // 8 * 8], np.int64))
-
-    def _delta_path(self, rounds_done: int) -> str:
-        return os.path.join(self.folder, f"delta-{rounds_done}.npz")
-
-    def _deltas(self) -> list[int]:
-        return sorted(int(n[6:-4]) for n in os.listdir(self.folder)
-                      if n.startswith("delta-") and n.endswith(".npz"))
-
-    def checkpoint(self, rounds_done: int) -> None:
-        """folder/delta-<rounds_done>.npz: the rows written since the last commit."""
-        ids = self._journaled()
-        path = self._delta_path(rounds_done)
-        tmp = f"{path}.tmp{os.getpid()}.npz"
-        np.savez(tmp, ids=ids, rows=self._read_flat(ids)[0])
-        os.replace(tmp, path)
+    def checkpoint(self, rounds_done: int) -> dict:
+        """Write folder/delta-<rounds_done>.npz, the rows written since the previous
+        checkpoint. Returns the manifest of this checkpoint (row_deltas.py), to be saved
+        with its server state."""
+        ids = np.array(sorted(self._written), np.int64)
+        entry = row_deltas.write_delta(self.folder, rounds_done, ids, self._read_flat(ids)[0])
+        self._entries.append(entry)
+        self._recorded.update(self._written)
+        return {"format": row_deltas.FORMAT, "deltas": list(self._entries),
+                "rows_held": len(self._recorded)}
 
     def committed(self, rounds_done: int) -> None:
-        """The checkpoint of rounds_done is complete (server state saved): the journal starts
-        anew."""
+        """The checkpoint of rounds_done is saved with its server state: the next delta
+        holds the rows written from now on."""
         del rounds_done
-        self._journal.truncate(0)
-        self._journal.seek(0)
+        self._written = set()
 
-    def restore(self, rounds_done: int) -> None:
-        """The rows as they were after round rounds_done (0: none written)."""
-        for t in self._deltas():
-            if t > rounds_done:
-                os.remove(self._delta_path(t))
-        self._rewrite(self._journaled())
-        self.committed(rounds_done)
+    def restore(self, rounds_done: int, manifest: dict | None = None) -> None:
+        """The rows as they were after round rounds_done (0: none written), from the
+        checkpoint's manifest (None: a checkpoint saved before manifests, or none), whatever
+        the working copy holds. StoreDamaged (a ValueError) naming the file when a delta
+        the checkpoint needs is missing or damaged."""
+        if manifest is None and rounds_done == 0:
+            names = []
+        else:
+            names = row_deltas.entries(self.folder, manifest, rounds_done)
+        held = self._rebuild(names)
+        if manifest is not None and held != manifest["rows_held"]:
+            raise row_deltas.StoreDamaged(
+                f"{self.folder}: its deltas hold {held} clients' rows, the checkpoint after "
+                f"round {rounds_done} recorded {manifest['rows_held']}")
+        row_deltas.remove_after(self.folder, rounds_done)
+        self._entries = (list(manifest["deltas"]) if manifest is not None else
+                         [row_deltas.describe(self.folder, name) for name in names])
+        self._written = set()
 
-    def _newest_rows(self, ids) -> dict:
-        """{id: its row in the newest delta holding it} for the ids some delta holds."""
-        wanted, found = set(ids.tolist()), {}
-        for t in reversed(self._deltas()):
-            if len(found) == len(wanted):
-                break
-            with np.load(self._delta_path(t)) as delta:
-                for k, i in enumerate(delta["ids"].tolist()):
-                    if i in wanted and i not in found:
-                        found[i] = delta["rows"][k]
-        return found
+    def _folded(self, names):
+        """The fold of the deltas `names` (row_deltas.newest_first), noting its ids."""
+        self._recorded = set()
+        for ids, rows in row_deltas.newest_first(self.folder, names, self.layout.dtype):
+            self._recorded.update(ids.tolist())
+            yield ids, rows
 
 
 class HostStore(_Lazy):
@@ -343,13 +370,12 @@ class HostStore(_Lazy):
     def _held_ids(self) -> np.ndarray:
         return np.fromiter(self.slot, np.int64, len(self.slot))
 
-    def _rewrite(self, pending) -> None:
-        """Host memory does not outlive the process: rebuilt from the deltas (in order)."""
-        del pending
+    def _rebuild(self, names) -> int:
+        """Host memory does not outlive the process: the rows are the deltas' fold."""
         self.slot, self.rows = {}, np.empty((0, self.layout.width), self.layout.dtype)
-        for t in self._deltas():
-            with np.load(self._delta_path(t)) as delta:
-                self._write_flat(delta["ids"], delta["rows"])
+        for ids, rows in self._folded(names):
+            self._write_flat(ids, rows)
+        return len(self.slot)
 
 
 class DiskStore(_Lazy):
@@ -358,20 +384,39 @@ class DiskStore(_Lazy):
     exist is a second zarr array, [C] uint8, in chunks of PRESENCE_CHUNK clients (small:
     a round reads and rewrites only the chunks its clients fall in)."""
 
-    def __init__(self, algo: FederatedAlgorithm, params, num_clients: int, path: str):
-        ts = require("tensorstore", "client_store.DiskStore")
+    def __init__(self, algo: FederatedAlgorithm, params, num_clients: int, path: str,
+                 working_copy: bool = False):
+        """Args:
+          algo, params: the algorithm and the initial model w^0 (the initial row).
+          num_clients: C.
+          path: the folder of the zarr arrays (created, or opened when it exists).
+          working_copy: the arrays are a copy of a record that restore() rebuilds them
+            from (the binaries' attach/checkpoint/restore): an array whose metadata cannot
+            be read is created anew instead of refused.
+        """
+        self._ts = require("tensorstore", "client_store.DiskStore")
         self._init_lazy(algo, params, num_clients)
         self.path = path
         # bfloat16 rows are kept as float32 on disk: widening and rounding back is exact
         self.disk_dtype = np.float16 if self.layout.dtype == np.float16 else np.float32
+        self._open_arrays(working_copy)
 
+    def _open_arrays(self, anew_if_damaged=True) -> None:
         def open_array(name, shape, chunks, dtype):
-            return ts.open({"driver": "zarr",
-                            "kvstore": {"driver": "file", "path": os.path.join(path, name)},
-                            "metadata": {"shape": list(shape), "chunks": list(chunks),
-                                         "dtype": np.dtype(dtype).str, "fill_value": 0,
-                                         "compressor": None}},
-                           create=True, open=True).result()
+            spec = {"driver": "zarr",
+                    "kvstore": {"driver": "file", "path": os.path.join(self.path, name)},
+                    "metadata": {"shape": list(shape), "chunks": list(chunks),
+                                 "dtype": np.dtype(dtype).str, "fill_value": 0,
+                                 "compressor": None}}
+            try:
+                return self._ts.open(spec, create=True, open=True).result()
+            except ValueError as err:
+                if not anew_if_damaged:
+                    raise row_deltas.StoreDamaged(
+                        f"{os.path.join(self.path, name)}: cannot be opened as this "
+                        f"store's array ({str(err).splitlines()[0][:160]})") from None
+                shutil.rmtree(os.path.join(self.path, name), ignore_errors=True)
+                return self._ts.open(spec, create=True, open=True).result()
 
         self.rows = open_array("rows", (self.num_clients, self.layout.width),
                                (1, self.layout.width), self.disk_dtype)
@@ -379,12 +424,15 @@ class DiskStore(_Lazy):
                                   (min(PRESENCE_CHUNK, self.num_clients),), np.uint8)
 
     def _read_flat(self, ids):
-        """([N, width] rows, [N] bool present) of the ids."""
+        """([N, width] rows, [N] bool present) of the ids (only the present rows are read)."""
+        flat = np.empty((ids.size, self.layout.width), self.layout.dtype)
         if not ids.size:
-            return np.empty((0, self.layout.width), self.layout.dtype), np.zeros(0, bool)
+            return flat, np.zeros(0, bool)
         present = np.asarray(self.present.oindex[ids].read().result()).astype(bool)
-        flat = np.asarray(self.rows.oindex[ids, :].read().result()).astype(self.layout.dtype)
         flat[~present] = self.layout.initial
+        if present.any():
+            flat[present] = np.asarray(
+                self.rows.oindex[ids[present], :].read().result()).astype(self.layout.dtype)
         return flat, present
 
     def _write_flat(self, ids, flat) -> None:
@@ -393,30 +441,54 @@ class DiskStore(_Lazy):
 
     def _write_rows(self, ids, flat) -> None:
         if ids.size:
-            self.rows.oindex[ids, :].write(np.asarray(flat).astype(self.disk_dtype)).result()
+            _written(self.rows.oindex[ids, :].write(np.asarray(flat).astype(self.disk_dtype)),
+                     os.path.join(self.path, "rows"))
 
     def write_rows(self, ids, rows: Cohort) -> None:
         """A multi-process round's share of scatter: the rows of ids, not yet marked present
-        (process 0 marks the round's, after journaling them: run_round)."""
-        ids = _check_ids(ids, self.num_clients)
+        (process 0 marks the round's: run_round)."""
+        ids = _check_ids(ids, self.num_clients, unique=True)
         if ids.size:  # a process whose slots are all padding this round writes nothing
             self._write_rows(ids, self.layout.flatten(rows))
 
     def mark_present(self, ids) -> None:
         """The rows of ids are written (a client with a row no longer reads as w^0)."""
-        ids = _check_ids(ids, self.num_clients)
+        self._write_present(_check_ids(ids, self.num_clients), 1)
+
+    def _write_present(self, ids, value) -> None:
         if ids.size:
-            self.present.oindex[ids].write(np.ones(ids.size, np.uint8)).result()
+            _written(self.present.oindex[ids].write(np.full(ids.size, value, np.uint8)),
+                     os.path.join(self.path, "present"))
 
     def _held_ids(self) -> np.ndarray:
         return np.flatnonzero(np.asarray(self.present.read().result()))
 
-    def _rewrite(self, pending) -> None:
-        """Each journaled row back to its newest delta's, or absent (first written later)."""
-        found = self._newest_rows(pending)
-        back = np.array(sorted(found), np.int64)
-        if back.size:
-            self._write_flat(back, np.stack([found[i] for i in back.tolist()]))
-        gone = np.setdiff1d(pending, back)
-        if gone.size:
-            self.present.oindex[gone].write(np.zeros(gone.size, np.uint8)).result()
+    def _rebuild(self, names) -> int:
+        """The zarr arrays repaired to the deltas' fold: each row the fold holds compared
+        with the array's and rewritten where it differs (a row written after the
+        checkpoint, a chunk deleted), every other row marked absent. A chunk or array that
+        cannot be read (truncated, emptied) is rebuilt whole from the fold."""
+        try:
+            return self._repair(names)
+        except ValueError as err:  # tensorstore's read errors: a damaged chunk or array
+            if isinstance(err, row_deltas.StoreDamaged):
+                raise
+            shutil.rmtree(self.path, ignore_errors=True)
+            self._open_arrays()
+            return self._repair(names)
+
+    def _repair(self, names) -> int:
+        present = np.asarray(self.present.read().result()).astype(bool)
+        held = np.zeros_like(present)
+        for ids, rows in self._folded(names):
+            held[ids] = True
+            bits = f"u{np.dtype(self.disk_dtype).itemsize}"  # -0.0 is not 0.0 here
+            now = np.asarray(self.rows.oindex[ids, :].read().result()).view(bits)
+            want = rows.astype(self.disk_dtype).view(bits)
+            wrong = ~present[ids] | ~np.all(now == want, axis=1)
+            if wrong.any():
+                self._write_flat(ids[wrong], rows[wrong])
+        stale = np.flatnonzero(present & ~held)
+        if stale.size:
+            self._write_present(stale, 0)
+        return int(held.sum())

@@ -44,12 +44,25 @@ class Checkpointer:
         """Rounds completed by the newest checkpoint, or None."""
         return self._manager.latest_step()
 
-    def save(self, rounds_done: int, state, config=None) -> None:
-        """The state after `rounds_done` rounds; `config` (the run's, JSON) goes into the
-        step's metadata: what identifies the run travels with its state (saved_config)."""
+    def save(self, rounds_done: int, state, config=None, client_rows=None) -> None:
+        """The state after `rounds_done` rounds. `config` (the run's, JSON) and `client_rows`
+        (a client store's manifest: fedinit_jax/row_deltas.py) go into the step's metadata,
+        committed with the state: what identifies the run and its clients' rows travels
+        with it (saved_config, client_rows)."""
+        metadata = {k: v for k, v in (("config", config), ("client_rows", client_rows))
+                    if v is not None}
         self._manager.save(rounds_done, args=ocp.args.StandardSave(state), force=True,
-                           custom_metadata=None if config is None else {"config": config})
+                           custom_metadata=metadata or None)
         self._manager.wait_until_finished()
+
+    def client_rows(self, rounds_done: int):
+        """The client store's manifest saved with the checkpoint after `rounds_done`, or None
+        (a run without a store, or a checkpoint saved before manifests existed)."""
+        try:
+            metadata = self._manager.metadata(rounds_done).custom_metadata or {}
+        except Exception:  # noqa: BLE001 - an unreadable step metadata file: no manifest
+            return None
+        return metadata.get("client_rows")
 
     def restore(self, like, keep_damaged=False):
         """(rounds done, state) of the newest readable checkpoint, or (0, None) if none is.

@@ -356,8 +356,9 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop, done)
         if clients is None:
             check_state(exp.algorithm, state)  # the restored state is this algorithm's
         else:  # the rows as they were after round `start` (process 0 rewrites them)
-            if primary:
-                clients.restore(start)
+            if primary and start < config["rounds"]:  # a finished run reads no row
+                with workdir_lib.reporting(clients.folder):
+                    clients.restore(start, checkpointer.client_rows(start) if start else None)
             distributed.barrier("the client rows are restored")
     except (WorkdirError, ValueError):
         checkpointer.close()
@@ -392,12 +393,13 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop, done)
             stopping = distributed.any_process(stop.signum is not None)
             if _checkpoint_due(config, t + 1, stopping):
                 try:
-                    keeps_rows = clients is not None and primary  # process 0's journal
+                    keeps_rows = clients is not None and primary  # process 0's record
+                    manifest = None
                     if keeps_rows:  # the rows of this checkpoint first (a delta)
                         with workdir_lib.reporting(clients.folder):
-                            clients.checkpoint(t + 1)
+                            manifest = clients.checkpoint(t + 1)
                         fault("rows_saved", t + 1)
-                    _save(checkpointer, t + 1, state, config)
+                    _save(checkpointer, t + 1, state, config, manifest)
                     if keeps_rows:
                         clients.committed(t + 1)
                 except WriteError:
@@ -549,11 +551,12 @@ class _Outputs:
                 output.close()
 
 
-def _save(checkpointer, rounds_done, state, config):
-    """A checkpoint, or WriteError naming its folder (orbax raises many kinds); PeerLost when
-    a multi-process save's collective failed because another process is gone."""
+def _save(checkpointer, rounds_done, state, config, client_rows=None):
+    """A checkpoint (with the client store's manifest, if any), or WriteError naming its
+    folder (orbax raises many kinds); PeerLost when a multi-process save's collective failed
+    because another process is gone."""
     try:
-        checkpointer.save(rounds_done, state, config)
+        checkpointer.save(rounds_done, state, config, client_rows)
     except Exception as err:  # noqa: BLE001 - disk full, quota, I/O errors, as orbax wraps them
         raise (distributed.peer_lost(err) or WriteError(
             workdir_lib.describe_write_error(checkpointer.directory, err))) from None
@@ -602,8 +605,9 @@ def _train_round(exp, config, state, clients, t, root_key, decay, last_checkpoin
         new_state, metrics = exp.algorithm.apply(state, round_input, key)
     else:  # the sampled clients' rows gathered, the round, the new rows scattered
         check_inputs(round_input, config["num_clients"], exp.algorithm.runtime.num_devices or 1)
-        new_state, metrics = client_store.run_round(exp.algorithm, state, clients,
-                                                    round_input, key)
+        with workdir_lib.reporting(getattr(clients, "path", clients.folder)):
+            new_state, metrics = client_store.run_round(exp.algorithm, state, clients,
+                                                        round_input, key)
     metrics = {k: float(v) for k, v in metrics.items()}
     loss_ok = math.isfinite(metrics["train_loss"])
     if not (loss_ok and bool(_all_finite(new_state.params))):
@@ -655,7 +659,8 @@ def _open_store(exp, config, workdir, primary):
     def open_disk():
         with workdir_lib.reporting(folder):
             return client_store.DiskStore(exp.algorithm, exp.init_params,
-                                          config["num_clients"], os.path.join(folder, "store"))
+                                          config["num_clients"], os.path.join(folder, "store"),
+                                          working_copy=True)
 
     clients = _attached(open_disk(), folder) if primary else None  # first: created once
     distributed.barrier("the disk store is created")  # every process, process 0 after it
