@@ -106,8 +106,25 @@ def parse_flags(argv):
             flags.FLAGS.config.to_dict()  # loads the file, applies the overrides
             for arg in nones:
                 _set_none(flags.FLAGS.config, NONE_OVERRIDE.fullmatch(arg).group(1))
+            _refuse_epochs_beside_steps(argv, flags.FLAGS.config)
         return remaining
     except flags.Error as err:
         _fail(_describe(err))
+    except ZeroDivisionError as err:  # a field computed from another that is 0
+        zeros = [a for a in argv[1:] if re.fullmatch(r"--config\.\w+=0+(\.0*)?", a)]
+        _fail(f"config: {err} computing a field from {', '.join(zeros) or 'another field'}"
+              + (": num_clients must be at least 1" if any("num_clients" in a for a in zeros)
+                 else ""))
     except Exception as err:  # noqa: BLE001 - a config file may raise anything while loaded
         _fail(f"config: {_describe(err)}")
+
+
+def _refuse_epochs_beside_steps(argv, config) -> None:
+    """--config.local_epochs given while local_steps > 0 (which runs that many steps and
+    ignores local_epochs): refused naming both, instead of recording an epoch count that
+    never ran."""
+    epochs = [a for a in argv[1:] if a.startswith("--config.local_epochs=")]
+    if epochs and config.get("local_steps"):
+        _fail(f"{epochs[-1]} with config.local_steps={config.local_steps}: local_steps > 0 "
+              "runs that many local steps and ignores local_epochs; set one of them "
+              "(--config.local_steps=0 for epochs)")

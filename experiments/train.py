@@ -12,6 +12,7 @@ continue): experiments/exit_codes.py lists them all. Every line also goes to
 from experiments import early_stop  # noqa: F401, I001 (first: a signal while loading)
 
 import os
+import signal
 import sys
 
 from experiments.cli import use_all_cpu_cores
@@ -78,6 +79,8 @@ def main(argv):
         if multi_process:
             distributed_lib.initialize(*by_hand, timeout=FLAGS.distributed_timeout)
         simulation.run(config, FLAGS.workdir)  # its last line is the run's summary
+        for sig in (signal.SIGTERM, signal.SIGINT):  # finished: a late signal changes nothing
+            signal.signal(sig, signal.SIG_IGN)
     except (ValueError, OSError) as err:  # bad config or workdir, missing or damaged data
         print(f"error: {one_line(err)}", file=sys.stderr)
         sys.exit(exit_codes.BAD_INPUT)

@@ -77,6 +77,8 @@ def test_sigterm_ends_a_stuck_run_within_the_grace_period(tmp_path):
     assert "stopped by SIGTERM (no round boundary within 2 s)" in stderr, stderr
     assert "the checkpoint after round 1 is kept" in stderr, stderr
     assert (tmp_path / "run" / "checkpoints" / "1").is_dir()  # round 1's is kept
+    last = (tmp_path / "run" / "train.log").read_text().splitlines()[-1]
+    assert "summary: stopped by SIGTERM (no round boundary within 2 s)" in last, last
 
 
 def test_a_stop_before_any_checkpoint_does_not_claim_one(tmp_path):
@@ -86,6 +88,29 @@ def test_a_stop_before_any_checkpoint_does_not_claim_one(tmp_path):
     assert code == 128 + signal.SIGTERM and seconds < 15, stderr
     assert "(a second signal)" in stderr, stderr
     assert "no checkpoint was taken yet, rerunning the same command starts over" in stderr
+    last = (tmp_path / "run" / "train.log").read_text().splitlines()[-1]
+    assert "summary: stopped by SIGTERM (a second signal)" in last, last  # whatever ends it
+
+
+def test_a_signal_after_the_last_round_leaves_the_run_done(tmp_path):
+    """SIGTERM while the last round's outputs are written: the run is finished, so it ends
+    done (exit 0 in the binary), not 'stopped, rerun' (75), which would requeue a done task."""
+    import threading
+
+    from conftest import QUIET, quiet_config
+
+    from fedinit_jax.experiment import simulation
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers are installed from the main thread only")
+
+    def late_signal(point, rounds_done):
+        if (point, rounds_done) == ("metrics_written", 4):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    rows = simulation.run(quiet_config(rounds=4), str(tmp_path), fault=late_signal, **QUIET)
+    assert len(rows) == 4
+    assert "summary: done; round 4/4" in (tmp_path / "train.log").read_text().splitlines()[-1]
 
 
 @pytest.mark.parametrize("field", ["local_epochs", "local_steps"])

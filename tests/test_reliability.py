@@ -499,3 +499,37 @@ def test_a_cut_checkpoint_write_leaves_no_temporary_folder_after_resume(tmp_path
     simulation.run(SMALL6, str(tmp_path), **QUIET)
     assert not left.exists()
     assert "5" in os.listdir(tmp_path / "checkpoints")
+
+
+def test_a_train_loss_that_runs_away_ends_the_run_diverged(tmp_path, monkeypatch):
+    """The rule (simulation.runaway) against a plain loop, on the Shakespeare collapse's
+    shape and on noise; then the loop: a run whose loss stays above the factor ends
+    diverged (NonFiniteError: exit 3, the sweep's 'diverged'), its rows kept."""
+    from conftest import QUIET, quiet_config
+
+    from fedinit_jax.experiment import simulation
+
+    def reference(losses, factor=100.0, window=5):
+        for n in range(1, len(losses) + 1):
+            streak = 0
+            for i in range(max(1, n - window), n):
+                streak += losses[i] > factor * min(losses[:i])
+            if n > window and streak == window:
+                return n
+        return None
+
+    rng = np.random.default_rng(0)
+    cases = [[0.9, 0.5] + [0.4] * 20, [0.9, 0.5] + [60.0] * 3 + [0.4] * 10,
+             [4.2, 1.5] + [3.0] * 5 + [200.0, 260.0, 300.0, 400.0, 500.0, 900.0],
+             list(np.exp(rng.normal(size=40) * 3))]
+    for losses in cases:
+        fired = next((n for n in range(1, len(losses) + 1) if simulation.runaway(
+            [{"round": k + 1, "train_loss": x} for k, x in enumerate(losses[:n])])), None)
+        assert fired == reference(losses), losses
+    assert reference(cases[2]) == 12 and reference(cases[0]) is None
+
+    monkeypatch.setattr(simulation, "RUNAWAY_FACTOR", 0.0)  # any loss "runs away"
+    with pytest.raises(simulation.NonFiniteError, match="for 5 rounds: the run diverged"):
+        simulation.run(quiet_config(rounds=8, eval_every=4), str(tmp_path), **QUIET)
+    assert len(rows(tmp_path)) == 6
+    assert "summary: diverged; round 6/8" in (tmp_path / "train.log").read_text()

@@ -139,6 +139,7 @@ class Experiment(NamedTuple):
 
 
 SEED_MAX = 2**32 - 1  # numpy and jax.random.key take any seed up to this
+MAX_CLIENTS = 2**31 - 1  # client ids are int32 in a round's input and the compiled round
 
 
 def _fail(field, value, allowed):
@@ -197,9 +198,10 @@ def validate(config) -> None:
     _choice(config, "client_store", CLIENT_STORES)
     _check_task_fields(config)
     _number(config, "seed", 0, SEED_MAX, integer=True)
-    for field in ("rounds", "num_clients", "local_epochs", "batch_size", "eval_every",
-                  "keep_checkpoints"):
+    for field in ("rounds", "local_epochs", "batch_size", "eval_every", "keep_checkpoints"):
         _number(config, field, 1, integer=True)
+    _number(config, "num_clients", 1, MAX_CLIENTS, integer=True)
+    _check_client_arrays(config)
     _number(config, "checkpoint_every", 0, integer=True)
     _number(config, "local_steps", 0, integer=True)
     _number(config, "num_devices", 0, integer=True)
@@ -245,6 +247,21 @@ def validate(config) -> None:
         algorithms.get(config["algorithm"], _loss_never_called, **algorithm_kwargs(config))
     except ValueError as err:
         raise ValueError(f"config.{err}") from None
+
+
+def _check_client_arrays(config) -> None:
+    """The host keeps C client sizes (int32) and a Bernoulli round with the per_client draw
+    makes C uniforms (float64): refused naming num_clients when they cannot fit the host's
+    available memory (before anything is allocated)."""
+    per_client = 4 + (8 if config["participation_mode"] == "bernoulli"
+                      and config["participation_draw"] == "per_client" else 0)
+    available = host_memory()
+    if available is not None and config["num_clients"] * per_client > available:
+        _fail("num_clients", config["num_clients"],
+              f"needs {config['num_clients'] * per_client / 2**30:.1f} GiB of host memory for "
+              f"its per-client arrays ({per_client} bytes a client), more than the "
+              f"{available / 2**30:.1f} GiB available: at most "
+              f"{available // per_client:,} clients on this host")
 
 
 def _loss_never_called(params, batch, key):

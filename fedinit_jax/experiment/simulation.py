@@ -46,8 +46,16 @@ def _no_fault(point: str, rounds_done: int) -> None:
     del point, rounds_done
 
 
+# A run whose train loss stays above RUNAWAY_FACTOR times its lowest so far for
+# RUNAWAY_ROUNDS rounds in a row has diverged as surely as one that reached NaN (Algorithm 1's
+# `global` aggregation with returning clients: train loss 0.92 -> 906 in 100 rounds).
+RUNAWAY_FACTOR = 100.0
+RUNAWAY_ROUNDS = 5
+
+
 class NonFiniteError(RuntimeError):
-    """A round produced a non-finite loss or parameters."""
+    """The run diverged: a round produced a non-finite loss or parameters, or its train loss
+    ran away (runaway())."""
 
 
 class Stopped(RuntimeError):
@@ -93,6 +101,7 @@ class _StopRequest:
         self.grace = stop_grace_seconds()
         self.signum = None
         self.last_checkpoint = None  # the loop's newest checkpoint, for the forced exit's line
+        self.on_force = None  # called with the ending's words before a forced exit (summary)
         self._old = {}
         self._timer = None
 
@@ -116,8 +125,14 @@ class _StopRequest:
         kept = (f"the checkpoint after round {self.last_checkpoint} is kept, rerun the same "
                 "command to resume" if self.last_checkpoint else
                 "no checkpoint was taken yet, rerunning the same command starts over")
-        sys.stderr.write(f"stopped by {signal.Signals(signum).name} ({why}): exiting without a "
-                         f"new checkpoint; {kept}\n")
+        ending = f"stopped by {signal.Signals(signum).name} ({why}): exiting without a new " \
+                 f"checkpoint; {kept}"
+        if self.on_force is not None:
+            try:  # train.log's summary line, promised whatever ends a run
+                self.on_force(ending)
+            except Exception:  # noqa: BLE001 - exiting now matters more than the line
+                pass
+        sys.stderr.write(ending + "\n")
         sys.stderr.flush()
         os._exit(code)
 
@@ -264,6 +279,9 @@ def run(plan, workdir: str, *, log=print, progress=None, fault=None) -> list[dic
             train_log = log = workdir_lib.TrainLog(workdir, early)
         done = {"rows": [], "start": 0}  # what the summary line reports
         ending = "error"
+        if train_log is not None:
+            stop.on_force = lambda words: _log_summary(log, words, done, config,
+                                                       time.perf_counter() - started)
         try:
             distributed.check_shared_workdir(workdir)
             rows = _run_locked(exp, config, workdir, primary, log, progress, fault, stop, done)
@@ -274,6 +292,7 @@ def run(plan, workdir: str, *, log=print, progress=None, fault=None) -> list[dic
             raise
         finally:
             if train_log is not None:
+                stop.on_force = None  # the summary is written: a forced exit adds none
                 _log_summary(log, ending, done, config, time.perf_counter() - started)
                 train_log.close()
             if lock is not None:
@@ -390,6 +409,12 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop, done)
             if outputs is not None:
                 outputs.write(row)
                 fault("metrics_written", t + 1)
+            why = runaway(rows)
+            if why:
+                last = checkpointer.latest_round()
+                raise NonFiniteError(f"{why}. The last checkpoint ("
+                                     f"{'round ' + str(last) if last else 'none'}) and "
+                                     "metrics.jsonl are kept.")
             stopping = distributed.any_process(stop.signum is not None)
             if _checkpoint_due(config, t + 1, stopping):
                 try:
@@ -407,8 +432,8 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop, done)
                     raise
                 stop.last_checkpoint = t + 1
                 fault("checkpoint_saved", t + 1)
-            if stopping:  # a signal on any process stops all of them at this boundary
-                raise Stopped(stop.signum or signal.SIGTERM, t + 1)
+            if stopping and t + 1 < rounds:  # a signal on any process stops all of them
+                raise Stopped(stop.signum or signal.SIGTERM, t + 1)  # (a finished run: done)
         if clients is not None:  # what a federation kept in a store cost this process
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
             log(f"client store: {clients.rows_held:,} of {config['num_clients']:,} clients "
@@ -433,6 +458,20 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop, done)
         if not failed_save:  # after a failed save orbax's writer threads may still be
             checkpointer.close()  # failing: closing now makes them print tracebacks
     return rows
+
+
+def runaway(rows) -> str | None:
+    """Why the run whose metrics rows are `rows` has diverged by its train loss, or None:
+    each of its last RUNAWAY_ROUNDS rounds' train loss above RUNAWAY_FACTOR times the lowest
+    train loss of the rounds before it."""
+    losses = [row["train_loss"] for row in rows]
+    n = len(losses)
+    if n <= RUNAWAY_ROUNDS or not all(losses[i] > RUNAWAY_FACTOR * min(losses[:i])
+                                      for i in range(n - RUNAWAY_ROUNDS, n)):
+        return None
+    return (f"round {rows[-1]['round']}: train loss {losses[-1]:.4g} has stayed above "
+            f"{RUNAWAY_FACTOR:g}x the run's lowest ({min(losses):.4g}) for {RUNAWAY_ROUNDS} "
+            "rounds: the run diverged")
 
 
 def _checkpoint_due(config, rounds_done, stopping) -> bool:
