@@ -18,7 +18,7 @@ import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from fedinit_jax import execution as strategies
-from fedinit_jax.checks import check_beta, check_choice, check_number
+from fedinit_jax.checks import check_beta, check_choice, check_number, check_static
 from fedinit_jax.correction import NONE, Correction
 from fedinit_jax.federated_round import (
     CLIENT_STATE_DTYPES,
@@ -101,6 +101,7 @@ def algorithm_of(spec: RoundSpec, runtime: Runtime, beta: float = 0.0) -> Federa
 
     def apply(state: FedState, round_input: RoundInput, key):
         """One round (pure, jittable): (state, round_input, key) -> (state, metrics)."""
+        check_static(round_input, key)
         return jitted_round(place(state), as_arrays(round_input), key)
 
     def lower(state, round_input: RoundInput, key):
@@ -116,6 +117,7 @@ def algorithm_of(spec: RoundSpec, runtime: Runtime, beta: float = 0.0) -> Federa
         if replicated is not None:  # as apply puts it: replicated over the mesh
             state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
                                                                 sharding=replicated), state)
+        check_static(round_input, key)
         return jitted_round.lower(state, as_arrays(round_input), key)
 
     # C static, as the tables' row count is to apply: the same XLA program, bit for bit;
@@ -126,6 +128,7 @@ def algorithm_of(spec: RoundSpec, runtime: Runtime, beta: float = 0.0) -> Federa
                                 replicated)}))
 
     def cohort(state: FedState, cohort: Cohort, round_input: RoundInput, key, num_clients):
+        check_static(round_input, key)
         return jitted_cohort(place(state), cohort, as_arrays(round_input), key,
                              int(num_clients))
 

@@ -106,15 +106,26 @@ def check_structure(algo: FederatedAlgorithm, state) -> int:
     if not isinstance(state, FedState):
         raise ValueError(f"state must be a FedState from algo.init, got {type(state)}")
     if np.ndim(state.beta) == 1:
+        replicas = np.shape(state.beta)[0]
+        if any(np.ndim(x) == 0 or np.shape(x)[0] != replicas for x in jax.tree.leaves(state)):
+            raise ValueError(f"state.beta has shape {np.shape(state.beta)}: a federation's "
+                             "beta is a scalar; a replica state's (replicas.init) is [R] "
+                             "with every leaf [R, ...]")
         state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), state)
-    num_clients = jax.tree.leaves(state.client_params)[0].shape[0]
+    elif np.ndim(state.beta) != 0:
+        raise ValueError(f"state.beta has shape {np.shape(state.beta)}: a scalar (or [R] in "
+                         "a replica state)")
+    stored = state.client_params is not None  # None: a ClientStore holds the clients
+    num_clients = jax.tree.leaves(state.client_params)[0].shape[0] if stored else 1
     leaves = tuple((tuple(x.shape), jnp.dtype(x.dtype)) for x in jax.tree.leaves(state.params))
     want = _expected_state(algo.init, jax.tree.structure(state.params), leaves, num_clients)
+    if not stored:
+        want = want._replace(client_params=None, client_state=None, client_visited=None)
     for field in FedState._fields:
         if _spec_of(getattr(state, field)) != _spec_of(getattr(want, field)):
             raise ValueError(f"state.{field} does not match this algorithm's state (was the "
                              "state made by another algorithm's init, or for other params?)")
-    return num_clients
+    return num_clients if stored else None
 
 
 def check_state(algo: FederatedAlgorithm, state: FedState) -> None:
@@ -131,14 +142,49 @@ def check_state(algo: FederatedAlgorithm, state: FedState) -> None:
             check_beta(algo.spec, float(beta))
 
 
-def check_round_input(algo: FederatedAlgorithm, state: FedState,
-                      round_input: RoundInput) -> None:
+def check_round_input(algo: FederatedAlgorithm, state: FedState, round_input: RoundInput,
+                      num_clients: int | None = None) -> None:
     """ValueError naming the field when `round_input` cannot run on `state` under algo's
     runtime (ids in range and distinct, [N, K, B] batches, masks, sizes, lr, N a multiple of
     the devices), or the state is not algo's. Host-side, no device read: the binaries call
-    it before every round; `algo.apply` itself checks nothing, so it can be jitted."""
-    num_clients = check_structure(algo, state)
-    check_inputs(round_input, num_clients, algo.runtime.num_devices or 1)
+    it before every round; `algo.apply` checks only what shapes show (check_static), so it
+    can be jitted.
+
+    Args:
+      algo, state, round_input: as algo.apply takes them; or a state without client tables
+        (client_store.server_state), whose clients a ClientStore holds.
+      num_clients: C of such a state (the store's num_clients; client_store.run_round
+        checks its inputs itself).
+    """
+    held = check_structure(algo, state)
+    if held is None and num_clients is None:
+        raise ValueError("state holds no client tables (client_store.server_state): pass "
+                         "num_clients=, the ClientStore's")
+    check_inputs(round_input, held or num_clients, algo.runtime.num_devices or 1)
+
+
+def check_static(round_input, key) -> None:
+    """ValueError for what a round's arguments show by their types and shapes alone (so it
+    also holds inside a user's jit, at trace time, and costs nothing): a RoundInput whose
+    batches are [N, K, B, ...] for its N ids, and a PRNG key. algo.apply, its lower and
+    apply_cohort call it; check_inputs checks the values, on the host."""
+    if not isinstance(round_input, RoundInput):
+        swapped = " (were round_input and key swapped?)" if isinstance(key, RoundInput) else ""
+        raise ValueError(f"round_input must be a fedinit_jax.RoundInput, got "
+                         f"{type(round_input).__name__}{swapped}")
+    shape, dtype = np.shape(key), getattr(key, "dtype", None)
+    typed = dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key)
+    if not (typed and shape == ()) and not (shape == (2,) and dtype == jnp.uint32):
+        raise ValueError(f"key must be one PRNG key (jax.random.key(seed)), got "
+                         f"{type(key).__name__} of shape {shape}")
+    leaves = jax.tree.leaves(round_input.batches)
+    shapes = [np.shape(x) for x in leaves]
+    n = np.shape(round_input.client_ids)
+    if not leaves or any(len(s) < 3 for s in shapes) or len({s[:3] for s in shapes}) != 1:
+        raise ValueError(f"batches: every leaf needs the same leading [N, K, B] axes (N "
+                         f"clients, K local steps, B examples a step), got shapes {shapes}")
+    if len(n) != 1 or shapes[0][0] != n[0]:
+        raise ValueError(f"batches: leading axis {shapes[0][0]} != the {n} client_ids")
 
 
 def check_inputs(round_input: RoundInput, num_clients: int, num_devices: int = 1) -> None:

@@ -40,7 +40,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from fedinit_jax import execution, row_deltas, tree
 from fedinit_jax.builder import apply_cohort, as_arrays
-from fedinit_jax.checks import require
+from fedinit_jax.checks import check_inputs, require
 from fedinit_jax.federated_round import Cohort, divergence_all, to_storage
 from fedinit_jax.types import FederatedAlgorithm, FedState, RoundInput
 
@@ -65,15 +65,17 @@ def initial_row(algo: FederatedAlgorithm, params) -> Cohort:
 
 def run_round(algo: FederatedAlgorithm, state: FedState, client_rows, round_input: RoundInput,
               key):
-    """One round on a federation held in `client_rows` (a ClientStore): gather the sampled
-    clients' rows, apply_cohort, scatter the real clients' new rows.
-    Returns (state, metrics).
+    """One round on a federation held in `client_rows` (a ClientStore): check the round
+    input on the host (checks.check_inputs: ids in range and distinct, a non-empty cohort,
+    [N, K, B] batches, ...), gather the sampled clients' rows, apply_cohort, scatter the
+    real clients' new rows. Returns (state, metrics).
 
     In a multi-process run (every process calls it with the same inputs) each process
     gathers and scatters the rows of its own slots only (those its devices hold), which
     needs a DiskStore on a folder every process reads: process 0 journals the round's ids
     before any row is written and marks them present, and the round ends when every
     process has written its rows."""
+    check_inputs(round_input, client_rows.num_clients, algo.runtime.num_devices or 1)
     round_input = as_arrays(round_input)
     ids = np.asarray(round_input.client_ids)
     real = (np.ones(ids.size, bool) if round_input.mask is None

@@ -225,3 +225,44 @@ def test_the_cross_device_preset_runs_a_million_clients_in_the_loop(tmp_path):
                for line in logged), logged
     assert any("data: clients 1000000, generated per client, from (seed, id)" in line
                for line in logged), logged
+
+
+def test_the_api_on_a_store_names_bad_input():
+    """The checks docs/api.md sends store users to work on a store's server state, and
+    run_round, algo.apply and check_state name what is wrong instead of an IndexError or a
+    silent other round: duplicate ids (one row written twice), an empty or all-padded
+    cohort, a beta of the wrong shape, batches without the K axis (shapes are known at
+    trace time), the key and the round input swapped."""
+    from fedinit_jax import check_round_input, check_state
+
+    algo = algorithms.fedinit(linreg_loss, beta=0.1)
+    params = params_from(THETA0)
+    state = client_store.server_state(algo, params)
+    inp, key = next(_rounds(C))
+    check_state(algo, state)
+    check_round_input(algo, state, inp, num_clients=C)
+    with pytest.raises(ValueError, match="pass num_clients="):
+        check_round_input(algo, state, inp)
+    store = client_store.HostStore(algo, params, C)
+    bad = {"client_ids has duplicates": inp._replace(client_ids=np.array([3, 3, 5, 1, 2, 4],
+                                                                         np.int32)),
+           "mask marks every slot as padding": inp._replace(mask=np.zeros(6, bool)),
+           "non-empty 1-D integer array": inp._replace(
+               client_ids=np.zeros(0, np.int32), batches=jax.tree.map(lambda x: x[:0],
+                                                                      inp.batches))}
+    for message, round_input in bad.items():
+        with pytest.raises(ValueError, match=message):
+            client_store.run_round(algo, state, store, round_input, key)
+    assert store.rows_held == 0  # nothing written
+    with pytest.raises(ValueError, match="must not repeat"):
+        store.scatter(np.array([1, 1]), store.gather(np.array([1, 1])))
+    dense = algo.init(params, C)
+    with pytest.raises(ValueError, match=r"state.beta has shape \(2,\)"):
+        check_state(algo, dense._replace(beta=np.zeros(2, np.float32)))
+    no_k = inp._replace(batches=jax.tree.map(lambda x: x[:, 0], inp.batches))
+    with pytest.raises(ValueError, match=r"leading \[N, K, B\] axes"):
+        algo.apply(dense, no_k, key)
+    with pytest.raises(ValueError, match="were round_input and key swapped"):
+        algo.apply(dense, key, inp)
+    with pytest.raises(ValueError, match=r"leading \[N, K, B\] axes"):  # inside a user's jit
+        jax.jit(algo.apply)(dense, no_k, key)

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedinit_jax import algorithms, client_store, data, experiment
-from fedinit_jax.checks import check_inputs, check_round_input, check_state
+from fedinit_jax.checks import check_round_input, check_state
 from fedinit_jax.experiment import checkpoint as checkpoint_lib
 from fedinit_jax.experiment import distributed
 from fedinit_jax.experiment import workdir as workdir_lib
@@ -643,7 +643,6 @@ def _train_round(exp, config, state, clients, t, root_key, decay, last_checkpoin
         check_round_input(exp.algorithm, state, round_input)
         new_state, metrics = exp.algorithm.apply(state, round_input, key)
     else:  # the sampled clients' rows gathered, the round, the new rows scattered
-        check_inputs(round_input, config["num_clients"], exp.algorithm.runtime.num_devices or 1)
         with workdir_lib.reporting(getattr(clients, "path", clients.folder)):
             new_state, metrics = client_store.run_round(exp.algorithm, state, clients,
                                                         round_input, key)
