@@ -10,7 +10,9 @@ What is measured and what is predicted:
   * memory: XLA's `memory_analysis()` of the compiled round on one device of the mesh
     (arguments + outputs + temporaries - aliased; the state is donated, as the binaries do);
     "fits" says yes, "host store" when only the round without the [C, ...] client tables
-    fits (--config.client_store=host keeps them in host memory), or NO,
+    fits (--config.client_store=host keeps them in host memory), or NO; a config whose
+    client_store is host or disk is planned as the cohort round it runs (the server state
+    and the N sampled rows: no client tables on the device),
     by the CPU compiler for simulated devices, or by the GPU's with --on-device. A GPU or TPU
     compiler fuses differently from the CPU's, so its temporaries differ: a plan, not a
     promise (the binaries check the real compiled round on the real device before training).
@@ -25,6 +27,7 @@ needs no download); Shakespeare's K (masked epochs: the largest client's steps) 
 texts (../shared/shakespeare or data_dir).
 """
 import argparse
+import functools
 import importlib.util
 import math
 import os
@@ -153,14 +156,25 @@ def plan(spec: str, config: dict, devices: int, utilization: float) -> dict:
     """One preset on D devices: sizes, XLA's memory account per device, FLOPs, predictions."""
     import jax
 
-    from fedinit_jax import experiment, with_runtime
+    from fedinit_jax import client_store, experiment, with_runtime
+    from fedinit_jax.builder import as_arrays
+    from fedinit_jax.federated_round import Cohort, cohort_round
 
     algo, params, inp, k, n = round_parts(config, devices)
     c = config["num_clients"]
     state = jax.eval_shape(lambda p: algo.init(p, c), params)
     key = jax.random.key(0)
+    stored = config["client_store"] in ("host", "disk")  # the tables never on the device
     t0 = time.perf_counter()
-    compiled = algo.apply.lower(state, inp, key).compile()
+    if stored:  # the cohort round: the server state and the N sampled rows only
+        server = jax.eval_shape(lambda p: client_store.server_state(algo, p), params)
+        rows = jax.eval_shape(lambda p: algo.init(p, n), params)
+        cohort = Cohort(rows.client_params, rows.client_state, rows.client_visited)
+        compiled = jax.jit(functools.partial(cohort_round, algo.spec, algo.runtime),
+                           static_argnums=4).lower(server, cohort, as_arrays(inp), key,
+                                                   c).compile()
+    else:
+        compiled = algo.apply.lower(state, inp, key).compile()
     compile_seconds = time.perf_counter() - t0
     account = experiment.round_memory(compiled)
     unsharded = with_runtime(algo, execution="vmap", num_devices=None)
@@ -168,7 +182,7 @@ def plan(spec: str, config: dict, devices: int, utilization: float) -> dict:
     d = sum(math.prod(x.shape) for x in jax.tree.leaves(params))
     # the [C, ...] client tables in the round's arguments (its outputs alias them): what a
     # host or disk client store keeps off the device (fedinit_jax/client_store.py)
-    client_tables = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(
+    client_tables = 0 if stored else sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(
         (state.client_params, state.client_state, state.client_visited)))
     account["client_tables"] = client_tables
     row = {"preset": spec.split(":", 1)[-1] or spec, "devices": devices, "clients": c,

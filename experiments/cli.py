@@ -106,7 +106,6 @@ def parse_flags(argv):
             flags.FLAGS.config.to_dict()  # loads the file, applies the overrides
             for arg in nones:
                 _set_none(flags.FLAGS.config, NONE_OVERRIDE.fullmatch(arg).group(1))
-            _refuse_epochs_beside_steps(argv, flags.FLAGS.config)
         return remaining
     except flags.Error as err:
         _fail(_describe(err))
@@ -119,7 +118,7 @@ def parse_flags(argv):
         _fail(f"config: {_describe(err)}")
 
 
-def _refuse_epochs_beside_steps(argv, config) -> None:
+def refuse_epochs_beside_steps(argv, config) -> None:
     """--config.local_epochs given while local_steps > 0 (which runs that many steps and
     ignores local_epochs): refused naming both, instead of recording an epoch count that
     never ran."""

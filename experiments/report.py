@@ -339,7 +339,8 @@ def report(folders, out, window=5, last=50, target=None, with_figures=True) -> s
         raise ValueError(f"--target={target!r} must be an accuracy in (0, 1]")
     skipped = []
     found = R.label_variants(R.find_runs(folders, skipped))
-    runs = R.unique([r for r in found if R.finished(r)])  # a finished copy of a cell first
+    duplicates = []
+    runs = R.unique([r for r in found if R.finished(r)], duplicates)  # finished copies first
     unfinished_runs = [r for r in found if not R.finished(r)]
     unfinished = sorted(os.path.relpath(r.path, os.path.commonpath(folders))
                         for r in unfinished_runs)
@@ -371,6 +372,11 @@ def report(folders, out, window=5, last=50, target=None, with_figures=True) -> s
         text += "\n\nFigures: " + ", ".join(pngs)
     if unfinished:
         text += f"\n\nLeft out of the tables, unfinished: {', '.join(unfinished)}"
+    if duplicates:
+        root = os.path.commonpath(folders)
+        text += "\n\nLeft out, the same method, setting and seed as a run kept: " + "; ".join(
+            f"{os.path.relpath(path, root)} (kept: {os.path.relpath(kept, root)})"
+            for path, kept in duplicates)
     if skipped:
         text += "\n\nLeft out, unreadable: " + "; ".join(f"{path} ({why})" for path, why in skipped)
     with open(os.path.join(out, "tables.md"), "w") as f:

@@ -92,14 +92,18 @@ def label_variants(runs) -> list[Run]:
     return out
 
 
-def unique(runs) -> list[Run]:
-    """One run per (method, setting, seed): e.g. fedinit with beta 0 duplicates fedavg."""
-    seen, kept = set(), []
+def unique(runs, dropped=None) -> list[Run]:
+    """One run per (method, setting, seed), the first of each: e.g. fedinit with beta 0
+    duplicates fedavg, and two workdirs of one config and seed are one run. Each run left
+    out is appended to `dropped` (a list, if given) as (its path, the kept run's path)."""
+    seen, kept = {}, []
     for run in runs:
         key = (method(run.config), setting(run.config), run.config["seed"])
         if key not in seen:
-            seen.add(key)
+            seen[key] = run.path
             kept.append(run)
+        elif dropped is not None:
+            dropped.append((run.path, seen[key]))
     return kept
 
 

@@ -425,6 +425,9 @@ def main(argv):
                     if state in ("not started", "unfinished", "failed")]
             if todo:
                 print(array_spec(todo))
+            else:  # stdout stays empty: the recipe's `[ -n "$TODO" ]` submits nothing
+                print("nothing left to run: every cell is done, diverged or running "
+                      "elsewhere (--list says which)", file=sys.stderr)
         else:
             for i, ((name, _), state) in enumerate(zip(grid, states)):
                 print(f"{i}\t{name}\t{_describe_state(*state)}")

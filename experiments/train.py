@@ -22,7 +22,8 @@ use_all_cpu_cores()  # before JAX is imported: one XLA CPU device per core
 from absl import app, flags, logging  # noqa: E402
 
 from experiments import exit_codes, supervise  # noqa: E402
-from experiments.cli import define_config, one_line, parse_flags  # noqa: E402
+from experiments.cli import (  # noqa: E402
+    define_config, one_line, parse_flags, refuse_epochs_beside_steps)
 
 define_config("experiments/configs/default.py", "Experiment config file (ml_collections).")
 flags.DEFINE_string("workdir", None, "Output directory: metrics, checkpoints, config.")
@@ -60,6 +61,7 @@ def main(argv):
     if not FLAGS.workdir:
         print("error: --workdir is required", file=sys.stderr)
         sys.exit(exit_codes.BAD_INPUT)
+    refuse_epochs_beside_steps(sys.argv, FLAGS.config)
     config = FLAGS.config.to_dict()
     by_hand = (FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
     multi_process = FLAGS.distributed or any(v is not None for v in by_hand)

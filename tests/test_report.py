@@ -210,3 +210,13 @@ def test_an_out_folder_that_cannot_be_written_is_one_error(two_folders, tmp_path
         pytest.skip("root writes anywhere")
     with pytest.raises(ValueError, match=f"--out='.*{where}' cannot be written"):
         report(two_folders, str(tmp_path / where), window=3, last=3)
+
+
+def test_two_workdirs_of_one_run_keep_one_and_name_the_other(two_folders, tmp_path):
+    """Two finished workdirs with the same config and seed are one run: the report keeps
+    one and names the other under "Left out" (it was dropped unnamed)."""
+    a = two_folders[0]
+    write_run(os.path.join(a, "zz_again"), "fedavg", 0.0, 0, [0.2] * 6)
+    text = report(two_folders, str(tmp_path / "out"), window=3, last=3)
+    left_out = text.split("Left out, the same method, setting and seed as a run kept: ")[1]
+    assert left_out.startswith("sweep_a/zz_again (kept: sweep_a/")

@@ -200,3 +200,47 @@ def test_a_fallback_to_an_older_checkpoint_restores_its_rows(tmp_path, killed, u
     assert "resumed from the checkpoint after round 2" in logged
     assert without_timing(rows(workdir)) == uninterrupted
     assert sorted(row_deltas.delta_rounds(str(workdir / "client_rows"))) == [2, 4, 6]
+
+
+@pytest.mark.parametrize("store", ["host", "disk"])
+def test_bfloat16_rows_resume(tmp_path, store):
+    """bfloat16 client state: deltas keep its bits (np.savez wrote it as raw void, which no
+    rerun could read); a run extended from 4 to 6 rounds equals an uninterrupted one."""
+    config = _config(store, client_state_dtype="bfloat16")
+    simulation.run({**config, "rounds": 4}, str(tmp_path / "run"), **QUIET)
+    simulation.run(config, str(tmp_path / "run"), **QUIET)
+    simulation.run(config, str(tmp_path / "straight"), **QUIET)
+    assert without_timing(rows(tmp_path / "run")) == without_timing(rows(tmp_path / "straight"))
+    ids, deltas = row_deltas.read_delta(str(tmp_path / "run" / "client_rows"), "delta-4.npz",
+                                        "bfloat16")
+    assert deltas.dtype.name == "bfloat16" and ids.size
+
+
+def test_temporaries_of_cut_writes_are_not_deltas(tmp_path):
+    """A kill or a full disk during a delta write leaves a temporary file (this version's, or
+    the `delta-3.npz.tmp<pid>.npz` of earlier ones, which every rerun parsed as a round):
+    never taken for a delta, removed when the store is attached."""
+    for name in ("delta-3.npz.tmp123.npz", ".delta-6.npz.tmp9", "delta-2.npz"):
+        (tmp_path / name).write_bytes(b"x")
+    assert row_deltas.delta_rounds(str(tmp_path)) == [2]
+    row_deltas.remove_temporaries(str(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == ["delta-2.npz"]
+
+
+def test_a_failed_row_write_is_a_failed_write(tmp_path, monkeypatch):
+    """Disk full while the disk store writes a round's rows: WriteError naming the array (exit
+    4, as every other failed write), not tensorstore's raw message as bad input (exit 2)."""
+    from fedinit_jax.experiment.workdir import WriteError
+
+    class Full:
+        def result(self):
+            raise ValueError("UNKNOWN: Error writing local file \"/x/rows/3.0\": [OS error: "
+                             "No space left on device] [tensorstore_spec='...'] "
+                             "[os_error_code=28]")
+
+    def full_write(self, ids, flat):
+        client_store._written(Full(), os.path.join(self.path, "rows"))
+
+    monkeypatch.setattr(client_store.DiskStore, "_write_rows", full_write)
+    with pytest.raises(WriteError, match=r"no space left on device writing .*client_rows"):
+        simulation.run(_config("disk"), str(tmp_path), **QUIET)

@@ -150,3 +150,35 @@ def test_sigterm_reaches_the_cells_of_every_worker(tmp_path):
         assert f"{cell.name}: round    1  " in stdout, stdout
         done = len(open(cell / "metrics.jsonl").readlines())
         assert done < 400 and os.listdir(cell / "checkpoints") == [str(done)]
+
+
+def test_the_array_script_runs_the_grid_it_is_given(tmp_path):
+    """experiments/batch/grid.sbatch takes its grid from $GRID or its arguments (the one the
+    array spec was listed from), refuses to run without one, and requeues on 75."""
+    import stat
+    import subprocess
+
+    from conftest import ROOT
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in {"srun": 'echo "srun $*" >> "$LOG"; exit "${SRUN_EXIT:-0}"',
+                       "scontrol": 'echo "scontrol $*" >> "$LOG"'}.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / name).chmod(stat.S_IRWXU)
+    script = os.path.join(ROOT, "experiments", "batch", "grid.sbatch")
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "LOG": str(tmp_path / "log"),
+           "SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_JOB_ID": "77"}
+
+    def run(*args, **extra):
+        return subprocess.run(["bash", script, *args], env={**env, **extra},
+                              capture_output=True, text=True, timeout=30)
+
+    refused = run()
+    assert refused.returncode == 2 and "no grid" in refused.stderr
+    assert run(GRID="--config c.py --results /r --seeds=0,1").returncode == 0
+    assert run("--config", "d.py", "--results", "/q", SRUN_EXIT="75").returncode == 75
+    assert (tmp_path / "log").read_text().splitlines() == [
+        "srun python -m experiments.sweep --config c.py --results /r --seeds=0,1 --cell=3",
+        "srun python -m experiments.sweep --config d.py --results /q --cell=3",
+        "scontrol requeue 77_3"]

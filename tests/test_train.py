@@ -95,6 +95,7 @@ def test_sigkill_inside_a_round_then_resume_is_bit_identical(tmp_path, uninterru
     ({"seed": 99999999999999999999999}, "config.seed="),
     ({"local_lr": 1e308}, "config.local_lr=1e+308: is inf in float32"),
     ({"model_width": 10000.0}, "config.model_width=10000.0: the federation needs at least"),
+    ({"num_clients": 10**12}, "config.num_clients=1000000000000: must be <= 2147483647"),
 ])
 def test_bad_config_is_named_before_anything_is_written(tmp_path, change, field):
     """In-process: the ValueError the binary turns into one line and exit 2 (below)."""
@@ -117,6 +118,12 @@ def test_bad_config_is_named_before_anything_is_written(tmp_path, change, field)
      "--config given 2 times"),
     (["--config=experiments/configs/default.py", "--distributed",
       "--distributed_timeout=2147483648"], "--distributed_timeout=2147483648: must be in"),
+    (["--config=experiments/configs/cross_device.py", "--config.num_clients=0"],
+     "--config.num_clients=0: num_clients must be at least 1"),
+    (["--config=experiments/configs/cross_device.py", "--config.num_clients=5000000000"],
+     "config.num_clients=5000000000: must be <= 2147483647"),
+    (["--config=experiments/configs/default.py", "--config.local_steps=3",
+      "--config.local_epochs=4"], "--config.local_epochs=4 with config.local_steps=3"),
 ])
 def test_bad_invocations_are_one_line_exit_2(tmp_path, args, says):
     """The binary: flags and config files, and a config error raised in the run (one line,
@@ -163,10 +170,11 @@ def test_different_config_refuses_to_resume(tmp_path):
 
 
 def _check_divergence_kept_good_rounds(workdir, message):
-    assert "non-finite" in message and "round" in message
+    assert ("non-finite" in message or "the run diverged" in message) and "round" in message
     kept = rows(workdir) if (workdir / "metrics.jsonl").exists() else []
     diverged_at = int(message.split("round ")[1].split(":")[0])
-    assert [r["round"] for r in kept] == list(range(1, diverged_at))  # all good rows kept
+    finite = "the run diverged" in message  # a runaway loss: its finite rows are kept too
+    assert [r["round"] for r in kept] == list(range(1, diverged_at + finite))  # rows kept
     saved = sorted(int(p) for p in os.listdir(workdir / "checkpoints") if p.isdigit())
     assert not saved or max(saved) < diverged_at  # only checkpoints of good rounds
 
@@ -220,3 +228,16 @@ def test_ctrl_c_while_loading_is_the_documented_stop(tmp_path, delay):
     assert proc.returncode == 75, stderr
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("stopped by SIGINT"), stderr
+
+
+def test_a_federation_whose_client_arrays_cannot_fit_the_host_is_refused(monkeypatch):
+    """The host keeps C client sizes (and C uniforms a per_client Bernoulli round): refused
+    naming num_clients and the most this host takes, before anything is allocated."""
+    from fedinit_jax import experiment
+
+    monkeypatch.setattr(experiment, "host_memory", lambda: 2**30)
+    config = experiment.resolve(quiet_config(num_clients=10**8, participation=1e-6,
+                                             participation_mode="bernoulli"))
+    with pytest.raises(ValueError, match=r"config.num_clients=100000000: needs 1.1 GiB .* at "
+                                         r"most 89,478,485 clients on this host"):
+        experiment.validate(config)

@@ -38,8 +38,9 @@ ADDED_FIELDS = {"client_state_dtype": "float32", "participation_mode": "fixed",
                 "participation_draw": "per_client",
                 "local_steps": 0, "aggregation": "uniform", "client_store": "auto",
                 "first_visit": "init"}
-# where the per-client state lives (fedinit_jax/client_store.py); auto: the device when the
-# state and the compiled round fit, else host memory
+# where the per-client state lives (fedinit_jax/client_store.py); auto: on one CPU process,
+# host memory when fewer than C clients can be sampled (_auto_on_cpu); else the device when
+# the state and the compiled round fit, else host memory (disk: several processes)
 CLIENT_STORES = ("auto", "device", "host", "disk")
 
 
@@ -356,6 +357,8 @@ def build(run_plan, client_store=None, log=None) -> Experiment:
     state = costs.state_costs(algo, shapes)
     _check_round_input_size(run_plan, task)
     reason = "config.client_store"
+    if store == "auto":
+        store, reason = _auto_on_cpu(run_plan)
     if store in ("device", "auto"):
         try:  # the whole [C, ...] tables on the device, and the round compiled around them
             _check_memory(config, state)
@@ -373,6 +376,21 @@ def build(run_plan, client_store=None, log=None) -> Experiment:
     init_params = task.model.init(key, task.input_shape)
     return Experiment(task.round_batches, task.client_sizes, task.evaluate, algo, init_params,
                       task.num_classes, run_plan, task.steps, task.data_info, store, reason)
+
+
+def _auto_on_cpu(run_plan) -> tuple[str, str]:
+    """client_store=auto on one process of a CPU backend, where the device's tables are host
+    memory too: ("host", why) when a run samples fewer clients than C (rounds x N slots at
+    most), so the [C, ...] tables would hold rows never written, while the host store
+    keeps the sampled clients' rows only; ("auto", "") otherwise (decided by what fits)."""
+    config = run_plan.config
+    sampled = config["rounds"] * run_plan.client_slots
+    if (jax.default_backend() != "cpu" or jax.process_count() > 1
+            or sampled >= config["num_clients"]):
+        return "auto", ""
+    return "host", (f"auto on CPU, where the device's tables are host memory too: at most "
+                    f"rounds x N = {sampled:,} of the {config['num_clients']:,} clients are "
+                    "sampled, and the host store keeps only their rows")
 
 
 def available_memory():
