@@ -22,8 +22,7 @@ use_all_cpu_cores()  # before JAX is imported: one XLA CPU device per core
 from absl import app, flags, logging  # noqa: E402
 
 from experiments import exit_codes, supervise  # noqa: E402
-from experiments.cli import (  # noqa: E402
-    define_config, one_line, parse_flags, refuse_epochs_beside_steps)
+from experiments.cli import define_config, one_line, parse_flags, refuse_epochs_beside_steps  # noqa: E402
 
 define_config("experiments/configs/default.py", "Experiment config file (ml_collections).")
 flags.DEFINE_string("workdir", None, "Output directory: metrics, checkpoints, config.")
