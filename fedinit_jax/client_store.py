@@ -19,8 +19,9 @@ FedDyn's h_i), in the runtime's storage dtype. Three places to keep them:
 HostStore and DiskStore are lazily materialised: a client never sampled has no row and
 reads as its initial one (w^0 and the correction's init state: Algorithm 1 line 1), so
 their memory grows with the clients ever sampled, not with C, and creating one costs
-nothing at any C. Every store gives the numbers of FedState's tables bit for bit
-(tests/test_client_store.py).
+nothing at any C. Every store gives the rounds of FedState's tables bit for bit
+(tests/test_client_store.py); Delta^t of a lazy store is summed exactly in float64, the
+tables' in float32 (they agree to ~1e-6 relative).
 
 A quantity over all C is never computed inside a round: SCAFFOLD's c and FedDyn's mean_C(h_i)
 move by the cohort's changes (their server states), and the paper's Delta^t =
