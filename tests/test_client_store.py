@@ -266,3 +266,38 @@ def test_the_api_on_a_store_names_bad_input():
         algo.apply(dense, key, inp)
     with pytest.raises(ValueError, match=r"leading \[N, K, B\] axes"):  # inside a user's jit
         jax.jit(algo.apply)(dense, no_k, key)
+
+
+def test_a_stores_delta_is_exact_whatever_order_its_rows_came_in(tmp_path):
+    """Delta^t of a lazy store: each row's ||w_i - w||^2 in float64 from float32
+    differences, summed exactly (a plain loop with math.fsum here), the same whatever order
+    the rows were written in; the device tables' float32 mean agrees to ~1e-6."""
+    import math
+
+    algo = algorithms.fedinit(linreg_loss, beta=0.1)
+    params = params_from(THETA0)
+    rng = np.random.default_rng(1)
+    ids = rng.choice(C, 25, replace=False)
+    rows = client_store.initial_row(algo, params)
+    new = jax.tree.map(lambda x: (np.asarray(x)[None] + rng.normal(size=(25, *np.shape(x)))
+                                  * 10.0 ** rng.integers(-3, 3, size=(25,) + (1,) * np.ndim(x))
+                                  ).astype(np.float32), rows)._replace(
+                                      client_visited=np.ones(25, bool))
+    forward = client_store.HostStore(algo, params, C)
+    backward = client_store.DiskStore(algo, params, C, str(tmp_path / "rows"))
+    device = client_store.DeviceStore(algo, params, C)
+    for store, order in ((forward, slice(None)), (backward, slice(None, None, -1)),
+                         (device, slice(None))):
+        store.scatter(ids[order], jax.tree.map(lambda x: x[order], new))
+    w = jax.tree.map(lambda x: np.asarray(x) + 0.5, params)
+    w_flat = np.concatenate([np.ravel(x).astype(np.float32) for x in jax.tree.leaves(w)])
+    leaves = [np.asarray(x, np.float32) for x in
+              jax.tree.leaves(device.gather(np.arange(C)).client_params)]
+    terms = []
+    for i in range(C):
+        row = np.concatenate([x[i].ravel() for x in leaves])
+        diff = (row - w_flat).astype(np.float64)
+        terms.append(float(np.sum(diff * diff)))
+    want = math.fsum(terms) / C
+    assert forward.divergence_all(w) == backward.divergence_all(w) == want
+    assert device.divergence_all(w) == pytest.approx(want, rel=1e-6)
