@@ -24,6 +24,7 @@ from fedinit_jax.federated_round import (
     CLIENT_STATE_DTYPES,
     DELTA_FROM,
     FIRST_VISIT,
+    RI_OFFSETS,
     Cohort,
     RoundSpec,
     cohort_round,
@@ -42,6 +43,7 @@ from fedinit_jax.types import (
 def build_algorithm(loss_fn, *, correction: Correction = NONE, beta: float = 0.0,
                     delta_from: str = "global", server_optimizer=None, client_optimizer=None,
                     clip_norm=None, weight_decay=None, first_visit: str = "init",
+                    ri_offset: str = "model",
                     runtime: Runtime = DEFAULT_RUNTIME) -> FederatedAlgorithm:
     """A FederatedAlgorithm for `loss_fn(params, batch, key) -> scalar`.
 
@@ -57,6 +59,12 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, beta: float = 0.0
     beta = float(beta)  # a 0-d array too
     check_choice("delta_from", delta_from, DELTA_FROM)
     check_choice("first_visit", first_visit, FIRST_VISIT)
+    check_choice("ri_offset", ri_offset, RI_OFFSETS)
+    if ri_offset != "model" and first_visit != "global":
+        raise ValueError(f"ri_offset={ri_offset!r} with first_visit={first_visit!r}: under an "
+                         "offset rule a client's first offset is zero (it starts from w, as "
+                         "first_visit='global' says); Algorithm 1's w + beta (w - w^0) is "
+                         "ri_offset='model' only: pass first_visit='global'")
     check_number("clip_norm", clip_norm, 0.0, optional=True)  # None or 0: off
     check_number("weight_decay", weight_decay, 0.0, optional=True)
     for name, opt in (("server_optimizer", server_optimizer),
@@ -66,7 +74,7 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, beta: float = 0.0
                              f"optax.adam(1e-3)), got {type(opt).__name__}")
     spec = RoundSpec(loss_fn, correction, delta_from,
                      optax.sgd(1.0) if server_optimizer is None else server_optimizer,
-                     client_optimizer, clip_norm, weight_decay, first_visit)
+                     client_optimizer, clip_norm, weight_decay, first_visit, ri_offset)
     check_beta(spec, beta)
     return algorithm_of(spec, runtime, beta)
 

@@ -42,7 +42,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from fedinit_jax import execution, row_deltas, tree
 from fedinit_jax.builder import apply_cohort, as_arrays
 from fedinit_jax.checks import check_inputs, require
-from fedinit_jax.federated_round import Cohort, divergence_all, to_storage
+from fedinit_jax.federated_round import Cohort, divergence_all, initial_offset_row, to_storage
 from fedinit_jax.types import FederatedAlgorithm, FedState, RoundInput
 
 CHUNK_ROWS = 4096  # rows streamed at once by divergence_all
@@ -60,7 +60,7 @@ def initial_row(algo: FederatedAlgorithm, params) -> Cohort:
     """One client's row before it is first sampled: w^0 and the correction's init state, in
     the runtime's storage dtype (leaves without the client axis; whether a client was
     sampled is its row's presence, not part of it)."""
-    return Cohort(to_storage(algo.runtime, params),
+    return Cohort(to_storage(algo.runtime, initial_offset_row(algo.spec, params)),
                   to_storage(algo.runtime, algo.spec.correction.client.init(params)), None)
 
 

@@ -72,6 +72,11 @@ from fedinit_jax.types import Array, FedState, RoundInput, Runtime
 
 DELTA_FROM = ("global", "start")
 FIRST_VISIT = ("init", "global")
+# what a client's row keeps for its RI offset o_i (w_i0 = w + beta o_i): "model" its last local
+# model w_i, o_i = w - w_i (Algorithm 1); "next" o_i = w^{tau_i + 1} - w_i, the offset
+# Algorithm 1 would use had the client returned the round after its visit; "drift"
+# o_i = w^{tau_i} - w_i, its own last drift (docs/algorithms.md, "Clients that return late")
+RI_OFFSETS = ("model", "next", "drift")
 CLIENT_STATE_DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -94,6 +99,7 @@ class RoundSpec(NamedTuple):
     clip_norm: float | None
     weight_decay: float | None
     first_visit: str = "init"
+    ri_offset: str = "model"
 
 
 def _floats_to(dtype, pytree):
@@ -115,8 +121,9 @@ def from_storage(runtime: Runtime, pytree):
 
 def init_state(spec: RoundSpec, runtime: Runtime, beta: float, params,
                num_clients: int) -> FedState:
-    """FedState at round 0: w = params, every w_i = w^0 (Algorithm 1 line 1), zero
-    correction states, the server optimizer's initial state, and beta."""
+    """FedState at round 0: w = params, every w_i = w^0 (Algorithm 1 line 1; under an
+    offset rule, ri_offset != "model", every stored offset o_i = 0), zero correction
+    states, the server optimizer's initial state, and beta."""
     if isinstance(num_clients, jax.core.Tracer):
         raise ValueError("num_clients must be a Python int (it sets the [C, ...] shapes), got "
                          "a tracer: under jax.eval_shape or jit pass it by closure, e.g. "
@@ -134,7 +141,8 @@ def init_state(spec: RoundSpec, runtime: Runtime, beta: float, params,
     state = FedState(
         params=params,
         # each [C, ...] table made once, in its storage dtype (cast first: no float32 table)
-        client_params=tree.stack(to_storage(runtime, params), num_clients),
+        client_params=tree.stack(to_storage(runtime, initial_offset_row(spec, params)),
+                                 num_clients),
         server_opt_state=spec.server_optimizer.init(params),
         server_state=correction.server.init(params),
         client_state=tree.stack(to_storage(runtime, correction.client.init(params)), num_clients),
@@ -148,6 +156,36 @@ def init_state(spec: RoundSpec, runtime: Runtime, beta: float, params,
         state = state._replace(**{field: jax.tree.map(jnp.copy, getattr(state, field))
                                   for field in ("params", "server_opt_state", "server_state")})
     return state
+
+
+def initial_offset_row(spec: RoundSpec, params):
+    """A client's client_params row before its first visit: w^0 (ri_offset="model"), or a
+    zero offset (an offset rule: it starts from w)."""
+    return params if spec.ri_offset == "model" else optax.tree.zeros_like(params)
+
+
+def relaxed_start(spec: RoundSpec, w, rows, beta):
+    """w_i0 of every cohort slot from its stored rows (client_params, float32):
+    w + beta (w - w_i) (ri_offset="model"), or w + beta o_i (an offset rule)."""
+    if spec.ri_offset == "model":
+        return tree.relaxed_init(w, rows, beta)
+    return tree.offset_init(w, rows, beta)
+
+
+def stored_offset(spec: RoundSpec, w, w_new, w_end):
+    """What each cohort slot's client_params row keeps after the round: w_iK ("model"),
+    w^{t+1} - w_iK ("next"), or w^t - w_iK ("drift")."""
+    if spec.ri_offset == "model":
+        return w_end
+    base = w_new if spec.ri_offset == "next" else w
+    return jax.tree.map(lambda b, x: b[None] - x, base, w_end)
+
+
+def offset_reference(spec: RoundSpec, w):
+    """What divergence_all measures the client_params rows from, so that it is the mean
+    squared RI offset (1/C) sum ||o_i||^2: w (ri_offset="model": o_i = w - w_i, the paper's
+    Delta^t), or zero (an offset rule, whose rows are the offsets)."""
+    return w if spec.ri_offset == "model" else optax.tree.zeros_like(w)
 
 
 class Slots(NamedTuple):
@@ -241,7 +279,7 @@ def train_clients(spec: RoundSpec, runtime: Runtime, state: FedState, cohort: "C
     # a client's key from its id, not its slot: where a client sits (data.spread) and how
     # many devices share the slots never change its randomness
     clients = ClientInput(
-        start=tree.relaxed_init(w, from_storage(runtime, cohort.client_params), beta),
+        start=relaxed_start(spec, w, from_storage(runtime, cohort.client_params), beta),
         batches=round_input.batches,
         key=jax.vmap(jax.random.fold_in, (None, 0))(key, counted.ids), state=old_clients,
         step_mask=round_input.step_mask, real_steps=counted.real_steps, real=round_input.mask)
@@ -322,7 +360,8 @@ def cohort_round(spec: RoundSpec, runtime: Runtime, state: FedState, cohort: Coh
         spec, state, lr, counted, w_end, progress, new_clients, old_clients, num_clients)
     new_state = state._replace(params=w_new, server_opt_state=server_opt_state,
                                server_state=server_state, rounds_done=state.rounds_done + 1)
-    new_cohort = Cohort(to_storage(runtime, w_end), to_storage(runtime, new_clients),
+    new_cohort = Cohort(to_storage(runtime, stored_offset(spec, state.params, w_new, w_end)),
+                        to_storage(runtime, new_clients),
                         jnp.ones_like(cohort.client_visited))
     return new_state, new_cohort, round_metrics(losses, w_end, w_new, counted.mask)
 

@@ -10,6 +10,16 @@ import jax
 import jax.numpy as jnp
 
 
+def offset_init(w_global, offsets, beta):
+    """w_i0 = w + beta * o_i for every row i of the stacked offsets (beta a scalar or [N])."""
+    def one(w, o):
+        w = w.reshape((1,) * (o.ndim - w.ndim) + w.shape)
+        b = beta if jnp.ndim(beta) == 0 else jnp.reshape(beta, (-1,) + (1,) * (o.ndim - 1))
+        return w + b * o
+
+    return jax.tree.map(one, w_global, offsets)
+
+
 def relaxed_init(w_global, w_local, beta):
     """w_i0 = w + beta * (w - w_i); w_local may carry a leading client axis, and beta then
     may be one per client ([N]: first_visit="global" zeroes a new client's)."""

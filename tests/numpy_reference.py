@@ -23,13 +23,17 @@ def mse_loss(theta, x, y):
 
 def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global", clip=None,
              wd=None, server_lr=1.0, rho=0.0, lam=0.1, alpha=0.1, mu=0.0,
-             b1=0.9, b2=0.99, eps=0.01, client_momentum=None):
+             b1=0.9, b2=0.99, eps=0.01, client_momentum=None, ri_offset="model"):
     """rounds: list of (ids, xs [N, K, B, d], ys [N, K, B], lr). Returns a dict of final state.
 
     The SAM family composes: fedspeed = SAM + FedDyn, fedgamma = SAM + SCAFFOLD,
     mofedsam = SAM + FedCM, fedsmoo = dynamic SAM (mu_i, s) + FedDyn.
     client_momentum: heavy-ball momentum in every client's local steps, u = m u + g,
     x -= lr u, u = 0 at the start of each client's round.
+    ri_offset: the RI offset o_i of w_i0 = w + beta o_i: "model" o_i = w - w_i (Algorithm 1);
+    "next" o_i = w^{t+1} - w_iK kept from the client's last round t; "drift" o_i = w^t - w_iK;
+    an offset starts at 0 (a client never sampled starts from w). Returns "w_local" as the
+    stored rows: w_i ("model") or o_i; divergence_all is (1/C) sum ||o_i||^2 under each.
     """
     sam = alg in ("fedsam", "fedspeed", "fedgamma", "mofedsam")
     dyn = alg in ("feddyn", "fedspeed", "fedsmoo")
@@ -37,6 +41,7 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
     cm = alg in ("fedcm", "mofedsam")
     w = theta0.astype(np.float64).copy()
     w_local = [w.copy() for _ in range(num_clients)]
+    offset = [np.zeros_like(w) for _ in range(num_clients)]
     c = np.zeros_like(w)
     c_i = [np.zeros_like(w) for _ in range(num_clients)]
     h_i = [np.zeros_like(w) for _ in range(num_clients)]
@@ -51,7 +56,7 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
         num_steps = xs.shape[1]
         ends, deltas, progresses, new_ci, losses = [], [], [], {}, []
         for n, i in enumerate(ids):
-            start = w + beta * (w - w_local[i])
+            start = w + beta * ((w - w_local[i]) if ri_offset == "model" else offset[i])
             x = start.copy()
             dual = mu_i[i].copy()
             u = np.zeros_like(x)
@@ -96,6 +101,7 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
                 h_i[i] = h_i[i] + progress
             if alg == "fedsmoo":
                 mu_i[i] = dual
+        w_old = w.copy()
         mean_delta = np.mean(deltas, axis=0)
         mean_progress = np.mean(progresses, axis=0)
         if alg == "fedadam":
@@ -117,11 +123,15 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
             d = -mean_progress / (num_steps * lr)
         for n, i in enumerate(ids):
             w_local[i] = ends[n]
+            offset[i] = (w if ri_offset == "next" else w_old) - ends[n]
         history.append({
             "train_loss": float(np.mean(losses)),
             "divergence": float(np.mean([np.sum((e - w) ** 2) for e in ends])),
-            "divergence_all": float(np.mean([np.sum((wl - w) ** 2) for wl in w_local])),
+            "divergence_all": float(np.mean(
+                [np.sum((wl - w) ** 2) for wl in w_local] if ri_offset == "model"
+                else [np.sum(o ** 2) for o in offset])),
         })
-    return {"w": w, "w_local": np.stack(w_local), "c": c, "c_i": np.stack(c_i),
+    rows = w_local if ri_offset == "model" else offset
+    return {"w": w, "w_local": np.stack(rows), "c": c, "c_i": np.stack(c_i),
             "h_i": np.stack(h_i), "d": d, "mu_i": np.stack(mu_i), "s": s, "m": m, "v": v, "history": history,
             "clipped_steps": int(np.sum(clipped)), "steps": len(clipped)}

@@ -306,3 +306,34 @@ def test_first_visit_decides_where_a_new_client_starts(first_visit):
     starts.clear()
     algo.apply(state, RoundInput(np.array([2]), batch, 0.1), jax.random.key(1))
     np.testing.assert_allclose(np.ravel(starts[0]), w1 + 0.3 * (w1 - w_2), rtol=1e-6)
+
+
+@pytest.mark.parametrize("name, ri_offset", [("fedinit", "next"), ("fedinit", "drift"),
+                                             ("scaffold", "next")])
+def test_offset_rules_match_the_numpy_reference(name, ri_offset, theta0, linreg_rounds):
+    """ri_offset="next" (w_i0 = w + beta (w^{tau_i+1} - w_i)) and "drift" (w + beta (w^{tau_i}
+    - w_i)) against the plain-numpy loop: w, the stored offsets, every round's metrics and
+    the mean squared offset that divergence_all reports; "model" is Algorithm 1 (the other
+    tests). An offset rule without first_visit="global" is refused."""
+    from fedinit_jax.federated_round import divergence_all, offset_reference
+
+    beta = 0.3
+    algo = algorithms.get(name, linreg_loss, beta=beta, ri_offset=ri_offset,
+                          first_visit="global", clip_norm=None, weight_decay=None)
+    state, history = run(algo, theta0, linreg_rounds)
+    ref = simulate("fedavg" if name == "fedinit" else name, theta0, NUM_CLIENTS, linreg_rounds,
+                   beta=beta, ri_offset=ri_offset)
+    np.testing.assert_allclose(flat(state.params), ref["w"], rtol=1e-5, atol=1e-6)
+    rows = np.concatenate([np.asarray(state.client_params["w"]),
+                           np.asarray(state.client_params["b"])[:, None]], axis=1)
+    np.testing.assert_allclose(rows, ref["w_local"], rtol=1e-5, atol=1e-6)
+    for got, want in zip(history, ref["history"], strict=True):
+        for field in ("train_loss", "divergence"):
+            assert got[field] == pytest.approx(want[field], rel=1e-5, abs=1e-7), field
+    delta = divergence_all(state.client_params, offset_reference(algo.spec, state.params))
+    assert float(delta) == pytest.approx(ref["history"][-1]["divergence_all"], rel=1e-5)
+    model = simulate("fedavg" if name == "fedinit" else name, theta0, NUM_CLIENTS,
+                     linreg_rounds, beta=beta)
+    assert not np.allclose(ref["w"], model["w"])  # the rule changes the run
+    with pytest.raises(ValueError, match="pass first_visit='global'"):
+        algorithms.get(name, linreg_loss, ri_offset=ri_offset)

@@ -38,7 +38,7 @@ from fedinit_jax.algorithms.scaffold import scaffold
 from fedinit_jax.types import Costs
 
 # options every algorithm takes besides its hyperparameters (config fields of their own)
-SHARED_OPTIONS = ("delta_from", "weight_decay", "clip_norm", "first_visit")
+SHARED_OPTIONS = ("delta_from", "weight_decay", "clip_norm", "first_visit", "ri_offset")
 # keyword arguments that are objects, not numbers: no config field, no hyperparameter
 _OBJECTS = ("server_optimizer", "client_optimizer", "runtime", "correction")
 

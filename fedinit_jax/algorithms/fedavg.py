@@ -20,7 +20,7 @@ from fedinit_jax.types import DEFAULT_RUNTIME, Runtime
 def fedavg(loss_fn, *, server_lr: float = 1.0, server_optimizer=None, client_optimizer=None,
            beta: float = 0.0, delta_from: str = "global", weight_decay: float | None = 1e-3,
            clip_norm: float | None = 10.0, first_visit: str = "init",
-           runtime: Runtime = DEFAULT_RUNTIME, correction=NONE):
+           ri_offset: str = "model", runtime: Runtime = DEFAULT_RUNTIME, correction=NONE):
     """FedAvg (+RI when beta != 0) for `loss_fn(params, batch, key) -> scalar mean loss`.
 
     Defaults are the paper's (Section 5): eta_g = 1, weight decay 1e-3 and clipping at
@@ -48,6 +48,14 @@ def fedavg(loss_fn, *, server_lr: float = 1.0, server_optimizer=None, client_opt
       only while clients are new; with delta_from="global" the first visits' offsets are
       carried into w, which is what "global" avoids when most sampled clients are new
       (cross-device federations: docs/algorithms.md, "First visit").
+    ri_offset: the RI offset o_i in w_i0 = w + beta o_i: "model" (the paper's Algorithm 1,
+      o_i = w - w_i, the default), or a departure from the paper whose offset does not grow
+      with the time since the client's last visit: "next" (o_i = w^{tau_i + 1} - w_i, the
+      offset Algorithm 1 would have used had the client returned the next round; equal to
+      Algorithm 1 when clients return every round) or "drift" (o_i = w^{tau_i} - w_i, the
+      client's own last drift). An offset rule stores o_i in the client's row instead of
+      w_i (same cost) and needs first_visit="global" (a first offset is zero).
+      docs/algorithms.md, "Clients that return late".
     runtime: how the round runs (fedinit_jax.Runtime), never what it computes; or later
       with `fedinit_jax.with_runtime(algo, execution="sequential")`.
     correction: the plug-in the other builders are made of (not an option of theirs).
@@ -63,7 +71,7 @@ def fedavg(loss_fn, *, server_lr: float = 1.0, server_optimizer=None, client_opt
         loss_fn, correction=correction, beta=beta, delta_from=delta_from,
         server_optimizer=server_optimizer, client_optimizer=client_optimizer,
         clip_norm=clip_norm, weight_decay=weight_decay, first_visit=first_visit,
-        runtime=runtime)
+        ri_offset=ri_offset, runtime=runtime)
 
 
 @shares_fedavg_options(fedavg)

@@ -26,18 +26,18 @@ import numpy as np
 
 from fedinit_jax import algorithms, checks, costs, data, execution, models
 from fedinit_jax.experiment import tasks, workdir
-from fedinit_jax.federated_round import CLIENT_STATE_DTYPES, DELTA_FROM, FIRST_VISIT
+from fedinit_jax.federated_round import CLIENT_STATE_DTYPES, DELTA_FROM, FIRST_VISIT, RI_OFFSETS
 from fedinit_jax.types import FederatedAlgorithm, RoundInput, Runtime
 
 PARTITIONS = ("iid", "dirichlet", "pathological")
 # algorithm hyperparameters a config may set (None = the registry's default)
-OPTIONS = ("delta_from", "weight_decay", "clip_norm", "first_visit")
+OPTIONS = ("delta_from", "weight_decay", "clip_norm", "first_visit", "ri_offset")
 # fields added after runs were first saved, with the value that means "as before": a saved
 # config.json without such a field resumes under a config that keeps this value
 ADDED_FIELDS = {"client_state_dtype": "float32", "participation_mode": "fixed",
                 "participation_draw": "per_client",
                 "local_steps": 0, "aggregation": "uniform", "client_store": "auto",
-                "first_visit": "init"}
+                "first_visit": "init", "ri_offset": "model"}
 # where the per-client state lives (fedinit_jax/client_store.py); auto: on one CPU process,
 # host memory when fewer than C clients can be sampled (_auto_on_cpu); else the device when
 # the state and the compiled round fit, else host memory (disk: several processes)
@@ -193,6 +193,7 @@ def validate(config) -> None:
               "nothing (use participation_mode=bernoulli, or leave it at per_client)")
     _choice(config, "delta_from", DELTA_FROM)
     _choice(config, "first_visit", FIRST_VISIT)
+    _choice(config, "ri_offset", RI_OFFSETS)
     _choice(config, "client_state_dtype", CLIENT_STATE_DTYPES)
     _choice(config, "execution", ("auto",) + execution.STRATEGIES)
     _choice(config, "aggregation", AGGREGATIONS)
@@ -298,7 +299,7 @@ def options_not_applicable(config) -> dict:
     the FedDyn family, whose server replaces w): they change nothing, and the binaries say so
     and record them in run_info.json. A sweep or a paper preset sets them for every method."""
     taken = algorithms.REGISTRY[config["algorithm"]].options
-    defaults = {"delta_from": "global", "first_visit": "init"}
+    defaults = {"delta_from": "global", "first_visit": "init", "ri_offset": "model"}
     return {f: config[f] for f in OPTIONS
             if f not in taken and config[f] != defaults.get(f, None)}
 

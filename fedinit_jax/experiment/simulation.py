@@ -35,7 +35,7 @@ from fedinit_jax.experiment import distributed
 from fedinit_jax.experiment import workdir as workdir_lib
 from fedinit_jax.experiment.checkpoint import Checkpointer
 from fedinit_jax.experiment.workdir import WorkdirBusy, WorkdirError, WriteError, read_metrics  # noqa: F401 (API)
-from fedinit_jax.federated_round import divergence_all
+from fedinit_jax.federated_round import divergence_all, offset_reference
 
 REQUEUE_EXIT = os.EX_TEMPFAIL  # 75: stopped, rerun to continue (experiments/exit_codes.py)
 RESUMABLE_CHANGES = ("rounds",)  # fields that may differ when a run is resumed (extended)
@@ -400,9 +400,10 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop, done)
             if (t + 1) % config["eval_every"] == 0 or t + 1 == rounds:
                 t1 = time.perf_counter()
                 row.update({k: float(v) for k, v in exp.evaluate(state.params).items()})
+                reference = offset_reference(exp.algorithm.spec, state.params)
                 row["divergence_all"] = (
-                    float(divergence_all(state.client_params, state.params))
-                    if clients is None else clients.divergence_all(state.params))
+                    float(divergence_all(state.client_params, reference))
+                    if clients is None else clients.divergence_all(reference))
                 fault("eval", t + 1)
                 row["eval_seconds"] = time.perf_counter() - t1
             rows.append(row)
