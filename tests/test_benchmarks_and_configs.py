@@ -89,3 +89,31 @@ def test_the_planner_takes_the_readme_names_and_refuses_bad_specs_in_one_line(tm
     assert result.returncode == 2 and "config.num_clients=-5" in result.stderr, result.stderr
     helped = subprocess.run(cmd + ["--help"], cwd=ROOT, capture_output=True, text=True)
     assert "a predicted round and run time" in helped.stdout and "--presets" in helped.stdout
+
+
+def test_the_planner_counts_no_client_tables_on_the_device_for_a_store():
+    """A config whose clients live in host memory (cross_device.py: client_store=host) is
+    planned as the cohort round it runs: no [C, ...] tables among the device's arguments
+    (it counted 2.27 GiB of them); the same config with the device store counts them."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import plan
+
+    from experiments.configs import cross_device
+
+    config = {**cross_device.get_config().to_dict(), "num_clients": 100_000,
+              "participation": 1e-3}
+    stored = plan.plan("cross_device", config, 1, 0.2)
+    on_device = plan.plan("cross_device", {**config, "client_store": "device"}, 1, 0.2)
+    tables = 100_000 * 610 * 4  # C x d float32 last local models (and the visited flags)
+    assert stored["client_tables"] == 0 and stored["arguments"] < tables / 10
+    assert on_device["client_tables"] >= tables and on_device["arguments"] > tables
+
+
+def test_the_cross_device_presets_load():
+    from experiments.configs import cross_device
+
+    c10 = cross_device.get_config("cifar10-dir0.6")
+    assert (c10.num_clients, c10.participation, c10.dirichlet_alpha) == (1000, 0.01, 0.6)
+    assert cross_device.get_config().num_clients == 1_000_000
+    with pytest.raises(ValueError, match="cross_device preset 'nosuch'"):
+        cross_device.get_config("nosuch")

@@ -301,3 +301,24 @@ def test_a_stores_delta_is_exact_whatever_order_its_rows_came_in(tmp_path):
     want = math.fsum(terms) / C
     assert forward.divergence_all(w) == backward.divergence_all(w) == want
     assert device.divergence_all(w) == pytest.approx(want, rel=1e-6)
+
+
+def test_auto_on_cpu_keeps_a_sparsely_sampled_federation_in_host_memory(tmp_path):
+    """client_store=auto on one CPU process: when the run samples fewer clients than C
+    (rounds x N), the device's [C, ...] tables would be host memory holding rows never
+    written, so auto takes the host store and says why; a federation sampled through keeps
+    the device tables."""
+    from conftest import quiet_config
+
+    from fedinit_jax.experiment import simulation
+
+    logged = []
+    simulation.run(quiet_config(num_clients=200, participation=0.02, rounds=2, batch_size=4,
+                                client_store="auto"), str(tmp_path / "sparse"),
+                   log=logged.append, progress=False)
+    assert any(line.startswith("client store: host (auto on CPU") and "rounds x N = 8 of the "
+               "200 clients" in line for line in logged), logged
+    simulation.run(quiet_config(client_store="auto"), str(tmp_path / "dense"),
+                   log=logged.append, progress=False)
+    info = simulation.workdir_lib.read_json(str(tmp_path / "dense" / "run_info.json"))
+    assert info["client_store"] == "device"
