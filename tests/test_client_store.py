@@ -288,7 +288,7 @@ def test_a_stores_delta_is_exact_whatever_order_its_rows_came_in(tmp_path):
     device = client_store.DeviceStore(algo, params, C)
     for store, order in ((forward, slice(None)), (backward, slice(None, None, -1)),
                          (device, slice(None))):
-        store.scatter(ids[order], jax.tree.map(lambda x: x[order], new))
+        store.scatter(ids[order], jax.tree.map(lambda x, o=order: x[o], new))
     w = jax.tree.map(lambda x: np.asarray(x) + 0.5, params)
     w_flat = np.concatenate([np.ravel(x).astype(np.float32) for x in jax.tree.leaves(w)])
     leaves = [np.asarray(x, np.float32) for x in
