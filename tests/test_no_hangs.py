@@ -179,7 +179,7 @@ def test_a_compiled_round_that_cannot_fit_its_devices_is_refused(tmp_path, monke
     assert not (tmp_path / "run").exists()
     # client_store=auto: the clients go to host memory instead, and the run says why
     logged = []
-    simulation.run(quiet_config(rounds=1), str(tmp_path / "auto"), log=logged.append,
+    simulation.run(quiet_config(rounds=2), str(tmp_path / "auto"), log=logged.append,
                    progress=False)
     assert any(line.startswith("client store: host (not on the device: config.num_clients=8")
                for line in logged), logged
