@@ -181,7 +181,7 @@ def plan(spec: str, config: dict, devices: int, utilization: float) -> dict:
     flops = matmul_flops(jax.make_jaxpr(unsharded.apply)(state, inp, key).jaxpr) / devices
     d = sum(math.prod(x.shape) for x in jax.tree.leaves(params))
     # the [C, ...] client tables in the round's arguments (its outputs alias them): what a
-    # host or disk client store keeps off the device (fedinit_jax/client_store.py)
+    # host or disk client store keeps off the device (fedinit_jax/client_store/)
     client_tables = 0 if stored else sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(
         (state.client_params, state.client_state, state.client_visited)))
     account["client_tables"] = client_tables

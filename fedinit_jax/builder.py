@@ -173,7 +173,7 @@ def apply_cohort(algo: FederatedAlgorithm, state: FedState, cohort: Cohort,
                  round_input: RoundInput, key, num_clients: int):
     """One round of `algo` on the cohort's rows (cohort_round, jit-compiled; pure):
     (state, cohort, round_input, key, C) -> (state, new cohort, metrics); C a Python int.
-    For a federation whose per-client state lives in a ClientStore (client_store.py)."""
+    For a federation whose per-client state lives in a ClientStore (fedinit_jax/client_store/)."""
     return algo.apply.cohort(state, cohort, round_input, key, num_clients)
 
 

@@ -52,7 +52,7 @@ rounds.
 
 The round is cohort_round on the sampled clients' rows (Cohort): federated_round gathers
 them from FedState's [C, ...] tables and scatters the new ones back; a ClientStore
-(client_store.py) does the same from host memory or disk. Nothing in a round reads another
+(fedinit_jax/client_store/) does the same from host memory or disk. Nothing in a round reads another
 client's state, so its cost is the cohort's, not the federation's.
 """
 import functools
@@ -386,5 +386,5 @@ def federated_round(spec: RoundSpec, runtime: Runtime, state: FedState,
 def divergence_all(client_params, w) -> Array:
     """The paper's Delta^t = (1/C) sum_C ||w_i - w||^2 over a [C, ...] table of last local
     models (stored dtype, widened to float32). It reads every client: the binaries take it
-    on evaluation rounds only (a ClientStore streams its rows: client_store.py)."""
+    on evaluation rounds only (a ClientStore streams its rows: fedinit_jax/client_store/)."""
     return jnp.mean(tree.per_client_sq_dist(_floats_to(jnp.float32, client_params), w))

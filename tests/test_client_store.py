@@ -1,4 +1,4 @@
-"""Client stores (fedinit_jax/client_store.py): each store gives FedState's numbers bit for
+"""Client stores (fedinit_jax/client_store/): each store gives FedState's numbers bit for
 bit (FedInit, SCAFFOLD, FedDyn, FedCM; fixed and Bernoulli-padded rounds; vmap and
 sequential; 1 and 2 devices); rows are created only for clients sampled; Delta^t streamed
 over the rows equals the table's; a federation of 1,000,000 clients runs its rounds."""

@@ -239,7 +239,7 @@ def test_a_failed_row_write_is_a_failed_write(tmp_path, monkeypatch):
                              "[os_error_code=28]")
 
     def full_write(self, ids, flat):
-        client_store._written(Full(), os.path.join(self.path, "rows"))
+        client_store.disk._written(Full(), os.path.join(self.path, "rows"))
 
     monkeypatch.setattr(client_store.DiskStore, "_write_rows", full_write)
     with pytest.raises(WriteError, match=r"no space left on device writing .*client_rows"):

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from fedinit_jax import algorithms, checks, costs, data, execution, models
+from fedinit_jax import algorithms, checks, client_store, costs, data, execution, models
 from fedinit_jax.experiment import tasks, workdir
 from fedinit_jax.federated_round import CLIENT_STATE_DTYPES, DELTA_FROM, FIRST_VISIT, RI_OFFSETS
 from fedinit_jax.types import FederatedAlgorithm, RoundInput, Runtime
@@ -38,10 +38,9 @@ ADDED_FIELDS = {"client_state_dtype": "float32", "participation_mode": "fixed",
                 "participation_draw": "per_client",
                 "local_steps": 0, "aggregation": "uniform", "client_store": "auto",
                 "first_visit": "init", "ri_offset": "model"}
-# where the per-client state lives (fedinit_jax/client_store.py); auto: on one CPU process,
+# where the per-client state lives (fedinit_jax/client_store/); auto: on one CPU process,
 # host memory when fewer than C clients can be sampled (_auto_on_cpu); else the device when
 # the state and the compiled round fit, else host memory (disk: several processes)
-CLIENT_STORES = ("auto", "device", "host", "disk")
 
 
 def saved_config(path: str) -> dict:
@@ -197,7 +196,7 @@ def validate(config) -> None:
     _choice(config, "client_state_dtype", CLIENT_STATE_DTYPES)
     _choice(config, "execution", ("auto",) + execution.STRATEGIES)
     _choice(config, "aggregation", AGGREGATIONS)
-    _choice(config, "client_store", CLIENT_STORES)
+    _choice(config, "client_store", ("auto", *client_store.STORES))  # a registered store
     _check_task_fields(config)
     _number(config, "seed", 0, SEED_MAX, integer=True)
     for field in ("rounds", "local_epochs", "batch_size", "eval_every", "keep_checkpoints"):

@@ -367,7 +367,7 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop, done)
         state = client_store.server_state(exp.algorithm, exp.init_params)
         clients = _open_store(exp, config, workdir, primary)
         log(f"per-client state: rows created when a client is first sampled, in "
-            f"{'host memory' if exp.client_store == 'host' else clients.path}; the cohort "
+            f"{getattr(clients, 'path', 'host memory')}; the cohort "
             "round compiles in the first round")
     checkpointer = Checkpointer(workdir, keep=config["keep_checkpoints"], log=log)
     try:
@@ -687,23 +687,19 @@ def _recorded_store(workdir):
 
 
 def _open_store(exp, config, workdir, primary):
-    """The HostStore or DiskStore of a run, journaling into <workdir>/client_rows (the disk
-    store's zarr array lives there too). In a multi-process run process 0 creates the disk
-    store and alone keeps its journal and checkpoints; the others open it after."""
+    """The run's ClientStore (client_store.open_store), its record (deltas) attached in
+    <workdir>/client_rows, where the disk store's arrays live too. In a multi-process run
+    process 0 creates the store and alone keeps its record; the others open it after."""
     folder = os.path.join(workdir, "client_rows")
-    if exp.client_store == "host":
-        return _attached(client_store.HostStore(exp.algorithm, exp.init_params,
-                                                config["num_clients"]), folder)
 
-    def open_disk():
+    def open_store():
         with workdir_lib.reporting(folder):
-            return client_store.DiskStore(exp.algorithm, exp.init_params,
-                                          config["num_clients"], os.path.join(folder, "store"),
-                                          working_copy=True)
+            return client_store.open_store(exp.client_store, exp.algorithm, exp.init_params,
+                                           config["num_clients"], folder)
 
-    clients = _attached(open_disk(), folder) if primary else None  # first: created once
-    distributed.barrier("the disk store is created")  # every process, process 0 after it
-    return clients or open_disk()
+    clients = _attached(open_store(), folder) if primary else None  # first: created once
+    distributed.barrier("the client store is created")  # every process, process 0 after it
+    return clients or open_store()
 
 
 def _attached(clients, folder):

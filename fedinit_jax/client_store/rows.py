@@ -1,0 +1,193 @@
+"""What the lazy stores share (HostStore, DiskStore): a row as one flat vector, rows
+created when first written, reads of the others as the initial row, Delta^t streamed, and
+the incremental checkpoints of fedinit_jax/row_deltas.py. A lazy backend implements four
+methods: _read_flat(ids), _write_flat(ids, flat), _held_ids(), _rebuild(delta names)."""
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedinit_jax import row_deltas
+from fedinit_jax.federated_round import Cohort, initial_offset_row, to_storage
+from fedinit_jax.types import FederatedAlgorithm
+
+CHUNK_ROWS = 4096  # rows streamed at once by divergence_all
+
+
+def initial_row(algo: FederatedAlgorithm, params) -> Cohort:
+    """One client's row before it is first sampled: w^0 and the correction's init state, in
+    the runtime's storage dtype (leaves without the client axis; whether a client was
+    sampled is its row's presence, not part of it)."""
+    return Cohort(to_storage(algo.runtime, initial_offset_row(algo.spec, params)),
+                  to_storage(algo.runtime, algo.spec.correction.client.init(params)), None)
+
+
+class Layout:
+    """A row as one flat vector: the leaves of a Cohort row, raveled and concatenated (one
+    dtype, the storage dtype); client params first, so Delta^t reads a prefix."""
+
+    def __init__(self, row: Cohort):
+        leaves, self.treedef = jax.tree.flatten(row)
+        self.shapes = [tuple(np.shape(x)) for x in leaves]
+        self.sizes = [math.prod(s) for s in self.shapes]
+        dtypes = {jnp.dtype(x.dtype) for x in leaves}
+        if len(dtypes) != 1:
+            raise ValueError(f"a client row's leaves must share one dtype, got {dtypes}")
+        self.dtype = dtypes.pop()
+        self.width = sum(self.sizes)
+        self.params_width = sum(math.prod(np.shape(x)) for x in jax.tree.leaves(row.client_params))
+        self.initial = self.flatten(jax.tree.map(lambda x: np.asarray(x)[None], row))[0]
+
+    def flatten(self, rows: Cohort) -> np.ndarray:
+        """[N, ...] leaves -> [N, width]."""
+        leaves = [np.asarray(x) for x in jax.tree.leaves(rows._replace(client_visited=None))]
+        n = leaves[0].shape[0]
+        return np.concatenate([x.reshape(n, math.prod(x.shape[1:])).astype(self.dtype)
+                               for x in leaves], axis=1)  # n may be 0
+
+    def unflatten(self, flat: np.ndarray) -> Cohort:
+        """[N, width] -> a Cohort of [N, ...] device arrays."""
+        n, parts, start = flat.shape[0], [], 0
+        for shape, size in zip(self.shapes, self.sizes):
+            parts.append(jnp.asarray(flat[:, start:start + size].reshape(n, *shape)))
+            start += size
+        return jax.tree.unflatten(self.treedef, parts)
+
+    def sq_dists(self, flat, w_flat) -> np.ndarray:
+        """[N] ||w_i - w||^2 of each row: float32 differences, squared and summed in
+        float64 row by row (a row's value does not depend on the rows beside it)."""
+        diff = (flat[:, :self.params_width].astype(np.float32) - w_flat[None]).astype(np.float64)
+        return np.sum(diff * diff, axis=1)
+
+
+def _flat_params(w) -> np.ndarray:
+    return np.concatenate([np.asarray(x, np.float32).ravel() for x in jax.tree.leaves(w)])
+
+
+def check_ids(ids, num_clients, unique=False):
+    """ids as int64, ValueError unless a 1-D array in [0, num_clients) (and, for a
+    scatter, without repeats: one client cannot have two new rows)."""
+    ids = np.asarray(ids)
+    if ids.ndim != 1 or (ids.size and (ids.min() < 0 or ids.max() >= num_clients)):
+        raise ValueError(f"client ids must be a 1-D array in [0, {num_clients}), got "
+                         f"{ids.tolist()[:10]}")
+    if unique and np.unique(ids).size != ids.size:
+        values, counts = np.unique(ids, return_counts=True)
+        raise ValueError(f"client ids must not repeat within a round, got "
+                         f"{values[counts > 1].tolist()[:10]} more than once")
+    return ids.astype(np.int64)
+
+
+class LazyStore:
+    """What HostStore and DiskStore share: rows created when first written, reads of the
+    others as the initial row, Delta^t streamed, and incremental checkpoints.
+
+    Checkpoints (the binaries' resume, exact after a kill at any moment; row_deltas.py):
+    attach(folder) names the folder of the store's record; checkpoint(t) writes the rows
+    written since the previous checkpoint as folder/delta-<t>.npz and returns the manifest
+    of checkpoint t (every delta up to t, with sizes and sha256), which the caller commits
+    with the server state (the orbax checkpoint); committed(t) starts the next delta;
+    restore(t, manifest) brings the rows back to round t whatever the working copy holds:
+    the deltas are verified against the manifest, the working copy rebuilt or repaired
+    from their fold, and the deltas after t removed."""
+
+    def _init_lazy(self, algo, params, num_clients):
+        if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
+            raise ValueError(f"num_clients={num_clients!r} must be a positive int")
+        self.num_clients = int(num_clients)
+        self.layout = Layout(initial_row(algo, params))
+        self.folder = None
+        self._written = set()  # ids written since the last checkpoint (once attached)
+        self._recorded = set()  # ids some delta holds (once attached)
+        self._entries = []  # the manifest entries of the deltas so far
+
+    def gather(self, ids) -> Cohort:
+        flat, present = self._read_flat(check_ids(ids, self.num_clients))
+        return self.layout.unflatten(flat)._replace(client_visited=jnp.asarray(present))
+
+    def scatter(self, ids, rows: Cohort) -> None:
+        ids = check_ids(ids, self.num_clients, unique=True)
+        if not ids.size:
+            return
+        self.journal(ids)
+        self._write_flat(ids, self.layout.flatten(rows))
+
+    def journal(self, ids) -> None:
+        """Name ids as written in this round (the next checkpoint's delta holds their rows)."""
+        if self.folder is not None:
+            self._written.update(np.asarray(ids, np.int64).tolist())
+
+    def divergence_all(self, w) -> float:
+        """Delta^t = (1/C) sum_C ||w_i - w||^2 over every row, the rows never written as
+        w^0. Each row's term in float64 from float32 differences, summed exactly
+        (math.fsum): the result does not depend on the order rows were written in, so a
+        resumed run gives an uninterrupted run's value to the bit. The device tables'
+        divergence_all sums in float32 and agrees to float32 rounding (~1e-6 relative)."""
+        w_flat = _flat_params(w)
+        held = self._held_ids()
+        terms = [self.layout.sq_dists(self._read_flat(held[s:s + CHUNK_ROWS])[0], w_flat)
+                 for s in range(0, held.size, CHUNK_ROWS)]
+        unwritten = (self.num_clients - held.size) * float(
+            self.layout.sq_dists(self.layout.initial[None], w_flat)[0])
+        return math.fsum([unwritten, *(float(x) for t in terms for x in t)]) / self.num_clients
+
+    @property
+    def rows_held(self) -> int:
+        return int(self._held_ids().size)
+
+    # -------------------------------------------------------------- incremental checkpoints
+    def attach(self, folder: str) -> None:
+        """Keep the store's record (deltas) in folder: checkpoint / restore."""
+        os.makedirs(folder, exist_ok=True)
+        row_deltas.remove_temporaries(folder)
+        legacy = os.path.join(folder, "journal")  # the id journal of earlier versions
+        if os.path.exists(legacy):
+            os.remove(legacy)
+        self.folder = folder
+
+    def checkpoint(self, rounds_done: int) -> dict:
+        """Write folder/delta-<rounds_done>.npz, the rows written since the previous
+        checkpoint. Returns the manifest of this checkpoint (row_deltas.py), to be saved
+        with its server state."""
+        ids = np.array(sorted(self._written), np.int64)
+        entry = row_deltas.write_delta(self.folder, rounds_done, ids, self._read_flat(ids)[0])
+        self._entries.append(entry)
+        self._recorded.update(self._written)
+        return {"format": row_deltas.FORMAT, "deltas": list(self._entries),
+                "rows_held": len(self._recorded)}
+
+    def committed(self, rounds_done: int) -> None:
+        """The checkpoint of rounds_done is saved with its server state: the next delta
+        holds the rows written from now on."""
+        del rounds_done
+        self._written = set()
+
+    def restore(self, rounds_done: int, manifest: dict | None = None) -> None:
+        """The rows as they were after round rounds_done (0: none written), from the
+        checkpoint's manifest (None: a checkpoint saved before manifests, or none), whatever
+        the working copy holds. StoreDamaged (a ValueError) naming the file when a delta
+        the checkpoint needs is missing or damaged."""
+        if manifest is None and rounds_done == 0:
+            names = []
+        else:
+            names = row_deltas.entries(self.folder, manifest, rounds_done)
+        held = self._rebuild(names)
+        if manifest is not None and held != manifest["rows_held"]:
+            raise row_deltas.StoreDamaged(
+                f"{self.folder}: its deltas hold {held} clients' rows, the checkpoint after "
+                f"round {rounds_done} recorded {manifest['rows_held']}")
+        row_deltas.remove_after(self.folder, rounds_done)
+        self._entries = (list(manifest["deltas"]) if manifest is not None else
+                         [row_deltas.describe(self.folder, name) for name in names])
+        self._written = set()
+
+    def _folded(self, names):
+        """The fold of the deltas `names` (row_deltas.newest_first), noting its ids."""
+        self._recorded = set()
+        for ids, rows in row_deltas.newest_first(self.folder, names, self.layout.dtype):
+            self._recorded.update(ids.tolist())
+            yield ids, rows
+
+
