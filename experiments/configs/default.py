@@ -1,4 +1,4 @@
-"""Default: FedInit on the embedded digits dataset (scikit-learn), ~1 minute on 2 CPU cores.
+"""Default: FedInit on the embedded digits dataset (scikit-learn), ~6 s on 2 CPU cores.
 
     python -m experiments.train --config experiments/configs/default.py --workdir /tmp/fedinit_default
 
