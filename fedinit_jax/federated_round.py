@@ -56,6 +56,7 @@ them from FedState's [C, ...] tables and scatters the new ones back; a ClientSto
 client's state, so its cost is the cohort's, not the federation's.
 """
 import functools
+import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -71,6 +72,8 @@ from fedinit_jax.correction import Correction, LocalContext, ServerInput
 from fedinit_jax.types import Array, FedState, RoundInput, Runtime
 
 DELTA_FROM = ("global", "start")
+# init warns when undonated [C, ...] client tables exceed this: each round copies them
+COPY_WARNING_BYTES = 64 * 2**20
 FIRST_VISIT = ("init", "global")
 # what a client's row keeps for its RI offset o_i (w_i0 = w + beta o_i): "model" its last local
 # model w_i, o_i = w - w_i (Algorithm 1); "next" o_i = w^{tau_i + 1} - w_i, the offset
@@ -149,6 +152,14 @@ def init_state(spec: RoundSpec, runtime: Runtime, beta: float, params,
         beta=jnp.asarray(beta, jnp.float32),
         rounds_done=jnp.zeros((), jnp.int32),
         client_visited=jnp.zeros((num_clients,), bool))
+    tables = sum(x.nbytes for x in jax.tree.leaves(
+        (state.client_params, state.client_state, state.client_visited)))
+    if not runtime.donate_state and tables > COPY_WARNING_BYTES:
+        warnings.warn(
+            f"init: the [C, ...] client tables take {tables / 2**30:.2f} GiB and every "
+            "algo.apply copies them: donate the state when you do not reuse the one you pass "
+            "(fedinit_jax.with_runtime(algo, donate_state=True)) or keep the clients in a "
+            "client_store (docs/api.md), and a round costs its cohort", stacklevel=3)
     if runtime.donate_state:  # no leaf may share a buffer with the caller's params: the
         # server-side leaves are copied (the optimizer's or correction's init may hold params);
         # the [C, ...] tables are new arrays already, and copying them would double the

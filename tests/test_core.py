@@ -286,3 +286,21 @@ def test_donated_state_gives_the_same_rounds_and_is_consumed(linreg_rounds, thet
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     assert not params["w"].is_deleted()
+
+
+def test_init_says_when_every_round_would_copy_large_client_tables(monkeypatch):
+    """The README's API path at large C: init warns in one line that each apply copies the
+    [C, ...] tables unless the state is donated (or a client store holds the clients);
+    with donation nothing is said."""
+    import warnings
+
+    from fedinit_jax import federated_round, with_runtime
+
+    monkeypatch.setattr(federated_round, "COPY_WARNING_BYTES", 1000)
+    algo = algorithms.fedinit(linreg_loss)
+    with pytest.warns(UserWarning, match=r"every algo.apply copies them: donate the state"):
+        algo.init(params_from(np.zeros(4)), num_clients=100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with_runtime(algo, donate_state=True).init(params_from(np.zeros(4)), num_clients=100)
+        algo.init(params_from(np.zeros(4)), num_clients=10)  # 10 x 4 floats: below it
