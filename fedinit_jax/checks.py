@@ -177,14 +177,24 @@ def check_static(round_input, key) -> None:
     if not (typed and shape == ()) and not (shape == (2,) and dtype == jnp.uint32):
         raise ValueError(f"key must be one PRNG key (jax.random.key(seed)), got "
                          f"{type(key).__name__} of shape {shape}")
-    leaves = jax.tree.leaves(round_input.batches)
-    shapes = [np.shape(x) for x in leaves]
     n = np.shape(round_input.client_ids)
-    if not leaves or any(len(s) < 3 for s in shapes) or len({s[:3] for s in shapes}) != 1:
+    _batch_axes(round_input.batches, n[0] if len(n) == 1 else n)
+
+
+def _batch_axes(batches, n) -> list:
+    """The leaves' shapes; ValueError unless every leaf has the same leading [N, K, B] axes
+    with N = n, the number of client ids."""
+    leaves = jax.tree.leaves(batches)
+    if not leaves:
+        raise ValueError("batches is empty: it must be a pytree of [N, K, B, ...] arrays")
+    shapes = [np.shape(x) for x in leaves]
+    if any(len(s) < 3 for s in shapes) or len({s[:3] for s in shapes}) != 1:
         raise ValueError(f"batches: every leaf needs the same leading [N, K, B] axes (N "
-                         f"clients, K local steps, B examples a step), got shapes {shapes}")
-    if len(n) != 1 or shapes[0][0] != n[0]:
-        raise ValueError(f"batches: leading axis {shapes[0][0]} != the {n} client_ids")
+                         f"clients, K local steps, B examples a step), got "
+                         f"{[s[:3] for s in shapes]}")
+    if shapes[0][0] != n:
+        raise ValueError(f"batches: leading axis {shapes[0][0]} != number of client_ids {n}")
+    return shapes
 
 
 def check_inputs(round_input: RoundInput, num_clients: int, num_devices: int = 1) -> None:
@@ -219,14 +229,7 @@ def check_inputs(round_input: RoundInput, num_clients: int, num_devices: int = 1
         raise ValueError(f"client_ids has duplicates: {real.tolist()}; sample without "
                          "replacement")
     leaves = jax.tree.leaves(round_input.batches)
-    if not leaves:
-        raise ValueError("batches is empty: it must be a pytree of [N, K, B, ...] arrays")
-    shapes = [np.shape(x) for x in leaves]
-    if any(len(s) < 3 for s in shapes) or len({s[:3] for s in shapes}) != 1:
-        raise ValueError(f"batches: every leaf needs the same leading [N, K, B] axes, got "
-                         f"{[s[:3] for s in shapes]}")
-    if shapes[0][0] != n:
-        raise ValueError(f"batches: leading axis {shapes[0][0]} != number of client_ids {n}")
+    shapes = _batch_axes(round_input.batches, n)
     if 0 in shapes[0][1:3]:
         raise ValueError(f"batches: [N, K, B] = {list(shapes[0][:3])}: every client needs K >= 1 "
                          "local steps of B >= 1 examples")

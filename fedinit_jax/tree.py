@@ -10,11 +10,18 @@ import jax
 import jax.numpy as jnp
 
 
+def _beside(w, rows, beta):
+    """A leaf of w and beta shaped to broadcast against `rows` (with or without a leading
+    client axis; beta a scalar or one per client [N])."""
+    w = w.reshape((1,) * (rows.ndim - w.ndim) + w.shape)  # the client axis, explicitly
+    b = beta if jnp.ndim(beta) == 0 else jnp.reshape(beta, (-1,) + (1,) * (rows.ndim - 1))
+    return w, b
+
+
 def offset_init(w_global, offsets, beta):
     """w_i0 = w + beta * o_i for every row i of the stacked offsets (beta a scalar or [N])."""
     def one(w, o):
-        w = w.reshape((1,) * (o.ndim - w.ndim) + w.shape)
-        b = beta if jnp.ndim(beta) == 0 else jnp.reshape(beta, (-1,) + (1,) * (o.ndim - 1))
+        w, b = _beside(w, o, beta)
         return w + b * o
 
     return jax.tree.map(one, w_global, offsets)
@@ -24,8 +31,7 @@ def relaxed_init(w_global, w_local, beta):
     """w_i0 = w + beta * (w - w_i); w_local may carry a leading client axis, and beta then
     may be one per client ([N]: first_visit="global" zeroes a new client's)."""
     def one(w, wi):
-        w = w.reshape((1,) * (wi.ndim - w.ndim) + w.shape)  # the client axis, explicitly
-        b = beta if jnp.ndim(beta) == 0 else jnp.reshape(beta, (-1,) + (1,) * (wi.ndim - 1))
+        w, b = _beside(w, wi, beta)
         return w + b * (w - wi)
 
     return jax.tree.map(one, w_global, w_local)
