@@ -78,8 +78,13 @@ FIRST_VISIT = ("init", "global")
 # what a client's row keeps for its RI offset o_i (w_i0 = w + beta o_i): "model" its last local
 # model w_i, o_i = w - w_i (Algorithm 1); "next" o_i = w^{tau_i + 1} - w_i, the offset
 # Algorithm 1 would use had the client returned the round after its visit; "drift"
-# o_i = w^{tau_i} - w_i, its own last drift (docs/algorithms.md, "Clients that return late")
-RI_OFFSETS = ("model", "next", "drift")
+# o_i = w^{tau_i} - w_i, its own last drift; "momentum" o_i = (w^{tau_i + 1} - w_i) + m^t, the
+# server steps since the visit replaced by their expectation m^t (a decaying sum of w's steps,
+# FedState.ri_momentum) (docs/algorithms.md, "Clients that return late")
+RI_OFFSETS = ("model", "next", "drift", "momentum")
+# ri_offset="momentum": the largest feedback gain beta gamma / (1 - gamma) of m^t (below 1, so
+# w's steps cannot grow; 0.9 is Algorithm 1's at 10 of 100 clients and beta 0.1)
+RI_MAX_GAIN = 0.9
 CLIENT_STATE_DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -151,7 +156,8 @@ def init_state(spec: RoundSpec, runtime: Runtime, beta: float, params,
         client_state=tree.stack(to_storage(runtime, correction.client.init(params)), num_clients),
         beta=jnp.asarray(beta, jnp.float32),
         rounds_done=jnp.zeros((), jnp.int32),
-        client_visited=jnp.zeros((num_clients,), bool))
+        client_visited=jnp.zeros((num_clients,), bool),
+        ri_momentum=optax.tree.zeros_like(params) if spec.ri_offset == "momentum" else ())
     tables = sum(x.nbytes for x in jax.tree.leaves(
         (state.client_params, state.client_state, state.client_visited)))
     if not runtime.donate_state and tables > COPY_WARNING_BYTES:
@@ -175,21 +181,43 @@ def initial_offset_row(spec: RoundSpec, params):
     return params if spec.ri_offset == "model" else optax.tree.zeros_like(params)
 
 
-def relaxed_start(spec: RoundSpec, w, rows, beta):
+def relaxed_start(spec: RoundSpec, state: FedState, rows, beta):
     """w_i0 of every cohort slot from its stored rows (client_params, float32):
-    w + beta (w - w_i) (ri_offset="model"), or w + beta o_i (an offset rule)."""
+    w + beta (w - w_i) (ri_offset="model"), w + beta (o_i + m^t) ("momentum", m^t =
+    state.ri_momentum), or w + beta o_i (the other offset rules)."""
+    w = state.params
     if spec.ri_offset == "model":
         return tree.relaxed_init(w, rows, beta)
+    if spec.ri_offset == "momentum":
+        rows = jax.tree.map(lambda o, m: o + m[None], rows, state.ri_momentum)
     return tree.offset_init(w, rows, beta)
 
 
 def stored_offset(spec: RoundSpec, w, w_new, w_end):
     """What each cohort slot's client_params row keeps after the round: w_iK ("model"),
-    w^{t+1} - w_iK ("next"), or w^t - w_iK ("drift")."""
+    w^{t+1} - w_iK ("next", "momentum"), or w^t - w_iK ("drift")."""
     if spec.ri_offset == "model":
         return w_end
-    base = w_new if spec.ri_offset == "next" else w
+    base = w if spec.ri_offset == "drift" else w_new
     return jax.tree.map(lambda b, x: b[None] - x, base, w_end)
+
+
+def momentum_decay(beta, cohort_size: int, num_clients: int):
+    """gamma of ri_offset="momentum": 1 - N/C, the probability that a client sampled now was
+    not sampled in a given earlier round (uniform sampling of N of C), so that
+    m^t = sum_{k >= 1} gamma^k (w^{t-k+1} - w^{t-k}) is the expected sum of w's steps since a
+    returning client's visit (Algorithm 1's offset), capped at RI_MAX_GAIN / (RI_MAX_GAIN +
+    beta): the feedback gain beta gamma / (1 - gamma) of m^t stays at most RI_MAX_GAIN < 1."""
+    return jnp.minimum(1.0 - cohort_size / num_clients, RI_MAX_GAIN / (RI_MAX_GAIN + beta))
+
+
+def next_momentum(spec: RoundSpec, state: FedState, w_new, cohort_size: int, num_clients: int):
+    """m^{t+1} = gamma (m^t + w^{t+1} - w^t) under ri_offset="momentum" (() otherwise)."""
+    if spec.ri_offset != "momentum":
+        return state.ri_momentum
+    gamma = momentum_decay(state.beta, cohort_size, num_clients)
+    return jax.tree.map(lambda m, a, b: gamma * (m + a - b), state.ri_momentum, w_new,
+                        state.params)
 
 
 def offset_reference(spec: RoundSpec, w):
@@ -285,12 +313,13 @@ def train_clients(spec: RoundSpec, runtime: Runtime, state: FedState, cohort: "C
     w = state.params
     old_clients = from_storage(runtime, cohort.client_state)
     beta = state.beta
-    if spec.first_visit == "global":  # a client never sampled starts from w: no offset
+    if spec.first_visit == "global" and spec.ri_offset == "model":
+        # a client never sampled starts from w: no offset (an offset rule's row is zero then)
         beta = beta * cohort.client_visited.astype(jnp.float32)
     # a client's key from its id, not its slot: where a client sits (data.spread) and how
     # many devices share the slots never change its randomness
     clients = ClientInput(
-        start=relaxed_start(spec, w, from_storage(runtime, cohort.client_params), beta),
+        start=relaxed_start(spec, state, from_storage(runtime, cohort.client_params), beta),
         batches=round_input.batches,
         key=jax.vmap(jax.random.fold_in, (None, 0))(key, counted.ids), state=old_clients,
         step_mask=round_input.step_mask, real_steps=counted.real_steps, real=round_input.mask)
@@ -369,8 +398,10 @@ def cohort_round(spec: RoundSpec, runtime: Runtime, state: FedState, cohort: Coh
         spec, runtime, state, cohort, round_input, lr, key, counted)
     w_new, server_opt_state, server_state = aggregate(
         spec, state, lr, counted, w_end, progress, new_clients, old_clients, num_clients)
-    new_state = state._replace(params=w_new, server_opt_state=server_opt_state,
-                               server_state=server_state, rounds_done=state.rounds_done + 1)
+    new_state = state._replace(
+        params=w_new, server_opt_state=server_opt_state, server_state=server_state,
+        rounds_done=state.rounds_done + 1,
+        ri_momentum=next_momentum(spec, state, w_new, counted.ids.shape[0], num_clients))
     new_cohort = Cohort(to_storage(runtime, stored_offset(spec, state.params, w_new, w_end)),
                         to_storage(runtime, new_clients),
                         jnp.ones_like(cohort.client_visited))

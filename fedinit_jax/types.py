@@ -65,6 +65,8 @@ class FedState(NamedTuple):
     rounds_done: [] int32, rounds completed.
     client_visited: [C] bool, whether each client has been sampled (first_visit="global"
       starts a client never sampled from w: federated_round.py).
+    ri_momentum: m^t, the shared part of the RI offset under ri_offset="momentum" (params'
+      structure; docs/algorithms.md, "Clients that return late"); () under every other rule.
     """
 
     params: Params
@@ -75,6 +77,7 @@ class FedState(NamedTuple):
     beta: Array
     rounds_done: Array
     client_visited: Any = None
+    ri_momentum: Any = ()
 
 
 class Costs(NamedTuple):

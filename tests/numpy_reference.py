@@ -32,6 +32,8 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
     x -= lr u, u = 0 at the start of each client's round.
     ri_offset: the RI offset o_i of w_i0 = w + beta o_i: "model" o_i = w - w_i (Algorithm 1);
     "next" o_i = w^{t+1} - w_iK kept from the client's last round t; "drift" o_i = w^t - w_iK;
+    "momentum" o_i = (w^{t+1} - w_iK) + m, m <- gamma (m + w_new - w) after each round,
+    gamma = min(1 - |S|/C, 0.9 / (0.9 + beta)), m = 0 at first, added for new clients too;
     an offset starts at 0 (a client never sampled starts from w). Returns "w_local" as the
     stored rows: w_i ("model") or o_i; divergence_all is (1/C) sum ||o_i||^2 under each.
     """
@@ -50,13 +52,17 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
     v = np.zeros_like(w)
     mu_i = [np.zeros_like(w) for _ in range(num_clients)]
     s = np.zeros_like(w)
+    ri_m = np.zeros_like(w)  # ri_offset="momentum"'s shared offset
     history = []
     clipped = []  # per local step: was the gradient clipped?
     for ids, xs, ys, lr in rounds:
         num_steps = xs.shape[1]
         ends, deltas, progresses, new_ci, losses = [], [], [], {}, []
         for n, i in enumerate(ids):
-            start = w + beta * ((w - w_local[i]) if ri_offset == "model" else offset[i])
+            if ri_offset == "model":
+                start = w + beta * (w - w_local[i])
+            else:
+                start = w + beta * (offset[i] + (ri_m if ri_offset == "momentum" else 0.0))
             x = start.copy()
             dual = mu_i[i].copy()
             u = np.zeros_like(x)
@@ -123,7 +129,9 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
             d = -mean_progress / (num_steps * lr)
         for n, i in enumerate(ids):
             w_local[i] = ends[n]
-            offset[i] = (w if ri_offset == "next" else w_old) - ends[n]
+            offset[i] = (w_old if ri_offset == "drift" else w) - ends[n]
+        gamma = min(1.0 - len(ids) / num_clients, 0.9 / (0.9 + beta))
+        ri_m = gamma * (ri_m + w - w_old)
         history.append({
             "train_loss": float(np.mean(losses)),
             "divergence": float(np.mean([np.sum((e - w) ** 2) for e in ends])),
@@ -133,5 +141,6 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
         })
     rows = w_local if ri_offset == "model" else offset
     return {"w": w, "w_local": np.stack(rows), "c": c, "c_i": np.stack(c_i),
-            "h_i": np.stack(h_i), "d": d, "mu_i": np.stack(mu_i), "s": s, "m": m, "v": v, "history": history,
+            "h_i": np.stack(h_i), "d": d, "mu_i": np.stack(mu_i), "s": s, "m": m, "v": v, "ri_m": ri_m,
+            "history": history,
             "clipped_steps": int(np.sum(clipped)), "steps": len(clipped)}

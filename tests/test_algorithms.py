@@ -309,12 +309,13 @@ def test_first_visit_decides_where_a_new_client_starts(first_visit):
 
 
 @pytest.mark.parametrize("name, ri_offset", [("fedinit", "next"), ("fedinit", "drift"),
-                                             ("scaffold", "next")])
+                                             ("fedinit", "momentum"), ("scaffold", "next")])
 def test_offset_rules_match_the_numpy_reference(name, ri_offset, theta0, linreg_rounds):
-    """ri_offset="next" (w_i0 = w + beta (w^{tau_i+1} - w_i)) and "drift" (w + beta (w^{tau_i}
-    - w_i)) against the plain-numpy loop: w, the stored offsets, every round's metrics and
-    the mean squared offset that divergence_all reports; "model" is Algorithm 1 (the other
-    tests). An offset rule without first_visit="global" is refused."""
+    """ri_offset="next" (w_i0 = w + beta (w^{tau_i+1} - w_i)), "drift" (w + beta (w^{tau_i}
+    - w_i)) and "momentum" (w + beta (w^{tau_i+1} - w_i + m^t)) against the plain-numpy
+    loop: w, the stored offsets (and m^t), every round's metrics and the mean squared offset
+    that divergence_all reports; "model" is Algorithm 1 (the other tests). An offset rule
+    without first_visit="global" is refused."""
     from fedinit_jax.federated_round import divergence_all, offset_reference
 
     beta = 0.3
@@ -327,6 +328,10 @@ def test_offset_rules_match_the_numpy_reference(name, ri_offset, theta0, linreg_
     rows = np.concatenate([np.asarray(state.client_params["w"]),
                            np.asarray(state.client_params["b"])[:, None]], axis=1)
     np.testing.assert_allclose(rows, ref["w_local"], rtol=1e-5, atol=1e-6)
+    if ri_offset == "momentum":
+        np.testing.assert_allclose(flat(state.ri_momentum), ref["ri_m"], rtol=1e-5, atol=1e-6)
+    else:
+        assert state.ri_momentum == ()
     for got, want in zip(history, ref["history"], strict=True):
         for field in ("train_loss", "divergence"):
             assert got[field] == pytest.approx(want[field], rel=1e-5, abs=1e-7), field
@@ -337,3 +342,15 @@ def test_offset_rules_match_the_numpy_reference(name, ri_offset, theta0, linreg_
     assert not np.allclose(ref["w"], model["w"])  # the rule changes the run
     with pytest.raises(ValueError, match="pass first_visit='global'"):
         algorithms.get(name, linreg_loss, ri_offset=ri_offset)
+
+
+def test_momentum_offset_decays_as_its_sampling_says_with_its_gain_below_one():
+    """ri_offset="momentum": gamma = 1 - N/C (a client's chance of missing a round), capped so
+    that the feedback gain beta gamma / (1 - gamma) is at most 0.9 (docs/algorithms.md)."""
+    from fedinit_jax.federated_round import RI_MAX_GAIN, momentum_decay
+
+    for beta, n, c, want in ((0.1, 10, 100, 0.9), (0.3, 3, 5, 0.4), (0.1, 10, 1000, 0.9),
+                             (0.5, 10, 10**6, 0.9 / 1.4), (0.0, 10, 1000, 0.99)):
+        gamma = float(momentum_decay(np.float32(beta), n, c))
+        assert gamma == pytest.approx(want, rel=1e-6)
+        assert beta * gamma / (1 - gamma) <= RI_MAX_GAIN + 1e-6

@@ -463,6 +463,53 @@ def test_checkpoint_of_another_layout_is_refused_and_kept(tmp_path):
     assert sorted(os.listdir(tmp_path / "checkpoints")) == ["2"]
 
 
+def test_a_checkpoint_saved_before_ri_momentum_existed_restores(tmp_path):
+    """A checkpoint written as the FedState of before ri_momentum (orbax's StandardSave of the
+    NamedTuple) restores into today's FedState, and a momentum state round-trips."""
+    from typing import Any, NamedTuple
+
+    import jax.numpy as jnp
+    import orbax.checkpoint as ocp
+
+    from fedinit_jax import algorithms
+    from fedinit_jax.experiment.checkpoint import Checkpointer
+
+    def loss(params, batch, key):
+        return jnp.sum(params["w"] ** 2)
+
+    class OldFedState(NamedTuple):  # FedState's fields when the committed studies ran
+        params: Any
+        client_params: Any
+        server_opt_state: Any
+        server_state: Any
+        client_state: Any
+        beta: Any
+        rounds_done: Any
+        client_visited: Any = None
+
+    params = {"w": jnp.ones(3)}
+    state = algorithms.fedinit(loss, beta=0.1).init(params, num_clients=4)
+    old = OldFedState(*state[:8])._replace(params={"w": jnp.full(3, 2.0)})
+    manager = ocp.CheckpointManager(str(tmp_path / "checkpoints"), options=ocp.
+                                    CheckpointManagerOptions(create=True,
+                                                             enable_async_checkpointing=False))
+    manager.save(2, args=ocp.args.StandardSave(old), force=True)
+    manager.wait_until_finished()
+    manager.close()
+    reader = Checkpointer(str(tmp_path), log=lambda line: None)
+    step, restored = reader.restore(state)
+    assert step == 2 and restored.ri_momentum == ()
+    np.testing.assert_array_equal(restored.params["w"], [2.0, 2.0, 2.0])
+    momentum = algorithms.fedinit(loss, beta=0.1, ri_offset="momentum",
+                                  first_visit="global").init(params, num_clients=4)
+    momentum = momentum._replace(ri_momentum={"w": jnp.arange(3.0)})
+    reader.save(4, momentum)
+    step, restored = reader.restore(momentum)
+    assert step == 4
+    np.testing.assert_array_equal(restored.ri_momentum["w"], [0.0, 1.0, 2.0])
+    reader.close()
+
+
 def test_read_metrics_up_to_a_round(tmp_path):
     from fedinit_jax.experiment import workdir
 

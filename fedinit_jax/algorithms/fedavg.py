@@ -52,9 +52,12 @@ def fedavg(loss_fn, *, server_lr: float = 1.0, server_optimizer=None, client_opt
       o_i = w - w_i, the default), or a departure from the paper whose offset does not grow
       with the time since the client's last visit: "next" (o_i = w^{tau_i + 1} - w_i, the
       offset Algorithm 1 would have used had the client returned the next round; equal to
-      Algorithm 1 when clients return every round) or "drift" (o_i = w^{tau_i} - w_i, the
-      client's own last drift). An offset rule stores o_i in the client's row instead of
-      w_i (same cost) and needs first_visit="global" (a first offset is zero).
+      Algorithm 1 when clients return every round), "drift" (o_i = w^{tau_i} - w_i, the
+      client's own last drift) or "momentum" (o_i = w^{tau_i + 1} - w_i + m^t: the server
+      steps since the visit replaced by their expectation m^t, a decaying sum of w's steps
+      whose feedback gain is capped below 1; FedState.ri_momentum, one model-sized vector on
+      the server). An offset rule stores its row's part of o_i instead of w_i (same cost)
+      and needs first_visit="global" (a first offset is zero).
       docs/algorithms.md, "Clients that return late".
     runtime: how the round runs (fedinit_jax.Runtime), never what it computes; or later
       with `fedinit_jax.with_runtime(algo, execution="sequential")`.

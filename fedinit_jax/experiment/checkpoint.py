@@ -17,6 +17,17 @@ import orbax.checkpoint as ocp
 
 from fedinit_jax.experiment.workdir import WorkdirError
 
+# FedState fields added after checkpoints existed, saved only when they hold something, so that
+# a checkpoint written before them restores (and one written now restores with an older layout)
+_ADDED_WHEN_USED = ("ri_momentum",)
+
+
+def _on_disk(state):
+    """The dict of state's fields as a checkpoint holds them: an added field left out while it
+    is empty (())."""
+    return {k: v for k, v in state._asdict().items()
+            if not (k in _ADDED_WHEN_USED and isinstance(v, tuple) and not v)}
+
 
 class Checkpointer:
     """Save / restore FedStates under <workdir>/checkpoints, keeping the newest `keep`.
@@ -51,7 +62,7 @@ class Checkpointer:
         with it (saved_config, client_rows)."""
         metadata = {k: v for k, v in (("config", config), ("client_rows", client_rows))
                     if v is not None}
-        self._manager.save(rounds_done, args=ocp.args.StandardSave(state), force=True,
+        self._manager.save(rounds_done, args=ocp.args.StandardSave(_on_disk(state)), force=True,
                            custom_metadata=metadata or None)
         self._manager.wait_until_finished()
 
@@ -73,7 +84,7 @@ class Checkpointer:
         corrupt-<round>, unless keep_damaged: then nothing is moved and `self.damaged` lists
         the unreadable rounds (the caller decides, simulation._resume).
         """
-        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _on_disk(like))
         self.damaged = []
         for step in sorted(self._manager.all_steps(), reverse=True):
             try:
@@ -96,7 +107,7 @@ class Checkpointer:
                        for x in jax.tree.leaves(restored) if np.issubdtype(x.dtype, np.floating)):
                 self._log(f"checkpoint after round {step} holds non-finite values; skipped")
                 continue
-            return step, restored
+            return step, like._replace(**restored)
         return 0, None
 
     def set_aside(self, step: int, why: str) -> None:
