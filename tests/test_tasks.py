@@ -94,3 +94,42 @@ def test_a_familys_own_fields_are_checked_and_old_synthetic_configs_resolve():
     assert experiment.resolve(old) == experiment.resolve(new)
     assert experiment.resolve(new)["task"] == {"synthetic": {"alpha": 0.5, "beta": 2.0}}
     assert experiment.resolve(quiet_config())["task"] == {}  # digits: no fields of its own
+
+
+def test_the_shared_synthetic_federation_is_a_perturbed_shared_model():
+    """synthetic_shared: client k labels with argmax((W^0 + alpha Z_k) x + b^0 + alpha z_k),
+    x ~ N(v_k, I), v_k ~ N(0, beta^2 I), written here from the module's docstring; its test
+    clients are the first sampled ones (replayed here) and C, ..., C + 499; the shared model
+    bounds a global one (Bayes-optimal: it scores at least a client-fitted global model)."""
+    import jax
+
+    from experiments.configs import cross_device
+    from fedinit_jax import data
+    from fedinit_jax.experiment.tasks import synthetic_shared as shared
+
+    config = cross_device.get_config("synthetic-shared").to_dict()
+    config.update(num_clients=2000, participation=0.05, rounds=3)
+    rng = np.random.default_rng([config["seed"], 6])
+    w0, b0 = rng.normal(size=(10, 60)), rng.normal(size=10)
+    rng = np.random.default_rng([config["seed"], 7, 17])
+    w, b = w0 + 0.5 * rng.normal(size=(10, 60)), b0 + 0.5 * rng.normal(size=10)
+    x = 1.0 * rng.normal(size=60) + rng.normal(size=(100, 60))
+    got_x, got_y = shared.client_data(17, 0.5, 1.0, config["seed"])
+    np.testing.assert_allclose(got_x, x, rtol=1e-6)
+    np.testing.assert_array_equal(got_y, np.argmax(x @ w.T + b, axis=1))
+    first = [int(i) for t in range(3) for i in data.sample_clients(
+        np.random.default_rng([config["seed"], 1, t]), 2000, 100)]
+    assert shared.sampled_test_clients(config).tolist() == list(dict.fromkeys(first))
+    task = tasks.family("synthetic_shared").build(config)
+    ceiling = task.data_info["shared_model_accuracy"]
+    assert set(ceiling) == {"test_accuracy", "test_accuracy_new"}
+    assert 0.5 < ceiling["test_accuracy_new"] < 0.8  # far above chance (0.1), below 1
+    # a global linear model fitted on the new clients' own held-out data does not beat it
+    xs, ys = zip(*(shared.client_data(i, 0.5, 1.0, config["seed"]) for i in range(2000, 2500)))
+    xs, ys = np.concatenate(xs), np.concatenate(ys)
+    onehot = np.eye(10)[ys]
+    fit = np.linalg.lstsq(np.c_[xs, np.ones(len(xs))], onehot, rcond=None)[0]
+    assert np.mean(np.argmax(np.c_[xs, np.ones(len(xs))] @ fit, 1) == ys) <= np.mean(
+        np.argmax(xs @ w0.T + b0, 1) == ys)
+    metrics = task.evaluate(task.model.init(jax.random.key(0), task.input_shape))
+    assert {"test_accuracy", "test_accuracy_new", "test_loss", "test_loss_new"} <= set(metrics)

@@ -24,6 +24,16 @@ local lr 0.1 x 0.998^t, 1,000 rounds, tested on the CIFAR-10 test split every 20
     TFDS_DATA_DIR=../shared/tfds python -m experiments.train \
         --config experiments/configs/cross_device.py:cifar10-dir0.1 --workdir /tmp/xd_c10 \
         --config.algorithm=fedinit --config.ri_offset=next
+
+Preset `synthetic-shared` (`--config experiments/configs/cross_device.py:synthetic-shared`): a
+learnable synthetic federation of 100,000 clients, each a perturbation of one shared linear
+model (fedinit_jax/experiment/tasks/synthetic_shared.py, alpha 0.5, beta 1), 100 clients a
+round (0.1 %), multinomial logistic regression, 8 local steps of 10 examples, local lr 0.05,
+300 rounds, tested every 10 rounds on held-out examples of 500 clients that were sampled
+(test_accuracy) and of 500 that never were (test_accuracy_new); the shared model's accuracy
+(the Bayes-optimal global classifier) is in run_info.json.
+    python -m experiments.train --config experiments/configs/cross_device.py:synthetic-shared \
+        --workdir /tmp/xd_shared --config.algorithm=fedinit --config.ri_offset=momentum
 """
 from ml_collections import config_dict
 
@@ -32,7 +42,7 @@ from experiments.configs import default
 CLIENTS_PER_ROUND = 100
 
 
-PRESETS = ("synthetic", "cifar10-dir0.1", "cifar10-dir0.6")
+PRESETS = ("synthetic", "synthetic-shared", "cifar10-dir0.1", "cifar10-dir0.6")
 
 
 def get_config(preset: str = "synthetic"):
@@ -40,6 +50,8 @@ def get_config(preset: str = "synthetic"):
         raise ValueError(f"cross_device preset {preset!r}: use one of {', '.join(PRESETS)}")
     if preset.startswith("cifar10"):
         return _cifar10(float(preset.split("dir")[1]))
+    if preset == "synthetic-shared":
+        return _synthetic_shared()
     c = default.get_config()
     c.dataset = "synthetic"
     c.model = "linear"              # FedProx's multinomial logistic regression
@@ -80,5 +92,26 @@ def _cifar10(alpha: float):
     c.rounds = 1000
     c.eval_every = 20
     c.checkpoint_every = 100
+    c.keep_checkpoints = 1
+    return c
+
+
+def _synthetic_shared():
+    c = default.get_config()
+    c.dataset = "synthetic_shared"
+    c.model = "linear"
+    c.task.synthetic_shared.alpha = 0.5   # how much a client's model differs from the shared one
+    c.task.synthetic_shared.beta = 1.0    # how much the clients' inputs differ
+    c.num_clients = 100_000
+    c.participation = CLIENTS_PER_ROUND / 100_000
+    c.algorithm = "fedavg"
+    c.first_visit = "global"
+    c.local_lr = 0.05
+    c.batch_size = 10
+    c.local_epochs = 1              # 8 local steps of 10 of a client's 80 examples
+    c.num_devices = 1
+    c.rounds = 300
+    c.eval_every = 10
+    c.checkpoint_every = 50
     c.keep_checkpoints = 1
     return c

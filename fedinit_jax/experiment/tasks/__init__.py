@@ -6,7 +6,8 @@ before loading anything, and the abstract shapes of a round (for benchmarks/plan
 binaries look the family up here instead of branching on dataset names:
 
     REGISTRY = {"shakespeare": shakespeare.FAMILY,   # any other name: images.FAMILY
-                "synthetic": synthetic.FAMILY}      # (digits, or a TFDS image dataset)
+                "synthetic": synthetic.FAMILY,      # (digits, or a TFDS image dataset)
+                "synthetic_shared": synthetic_shared.FAMILY}
 
 A new dataset family is one module and one `register(name, FAMILY)` call
 (docs/tasks.md's worked example, which tests/test_tasks.py registers and trains).
@@ -113,10 +114,11 @@ def own_fields(config) -> dict:
 
 
 def _register_builtin():
-    from fedinit_jax.experiment.tasks import shakespeare, synthetic
+    from fedinit_jax.experiment.tasks import shakespeare, synthetic, synthetic_shared
 
     register("shakespeare", shakespeare.FAMILY)
     register("synthetic", synthetic.FAMILY)
+    register("synthetic_shared", synthetic_shared.FAMILY)
 
 
 _register_builtin()

@@ -47,7 +47,8 @@ def steps(config):
     return config["local_steps"] or config["local_epochs"] * (TRAIN // config["batch_size"])
 
 
-def _loss_and_accuracy(apply_fn, params, x, y):
+def loss_and_accuracy(apply_fn, params, x, y):
+    """(mean cross-entropy, accuracy) of the model on examples x [M, 60] with labels y [M]."""
     logits = apply_fn(params, x)
     return (optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(),
             jnp.mean(jnp.argmax(logits, -1) == y))
@@ -61,11 +62,11 @@ def build(config) -> Task:
 
     def loss_fn(params, batch, key):
         del key
-        return _loss_and_accuracy(model.apply, params, *batch)[0]
+        return loss_and_accuracy(model.apply, params, *batch)[0]
 
     @jax.jit
     def evaluate(params):
-        loss, accuracy = _loss_and_accuracy(model.apply, params, test_x, test_y)
+        loss, accuracy = loss_and_accuracy(model.apply, params, test_x, test_y)
         return {"test_accuracy": accuracy, "test_loss": loss}
 
     def round_batches(ids, rng):
@@ -91,7 +92,7 @@ def check(config) -> None:
         checks.fail("config.batch_size", config["batch_size"],
                     f"a synthetic client has {TRAIN} training examples: at most {TRAIN}")
     for name, value in own_fields(config).items():
-        checks.check_number(f"config.task.synthetic.{name}", value, 0.0)
+        checks.check_number(f"config.task.{config['dataset']}.{name}", value, 0.0)
     if config["client_noise"] or config["category_noise"] or config["augment"]:
         checks.fail("config.client_noise", config["client_noise"], "the synthetic clients "
                     "are their own split with their own input shift (task.synthetic.beta): "
@@ -103,7 +104,7 @@ def abstract(config, slots: int) -> AbstractRound:
     k, b = steps(config), config["batch_size"]
     batches = (jax.ShapeDtypeStruct((slots, k, b, FEATURES), np.float32),
                jax.ShapeDtypeStruct((slots, k, b), np.int32))
-    return AbstractRound(model, lambda p, batch, key: _loss_and_accuracy(
+    return AbstractRound(model, lambda p, batch, key: loss_and_accuracy(
         model.apply, p, *batch)[0], (FEATURES,), k, batches, None)
 
 

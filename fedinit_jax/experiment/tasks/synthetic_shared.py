@@ -1,0 +1,138 @@
+"""A learnable cross-device federation: every client a perturbation of one shared model.
+
+Synthetic(alpha, beta) (synthetic.py) gives each client a model of its own, so nothing global
+is learnable. Here the clients share structure (config.dataset = "synthetic_shared"):
+
+    W^0 [10 x 60], b^0 [10] ~ N(0, 1)                   (the shared model, from the seed)
+    W_k = W^0 + alpha Z_k,  b_k = b^0 + alpha z_k       (client k's model, Z_k, z_k ~ N(0, 1))
+    v_k ~ N(0, beta^2 I)                                (client k's input shift)
+    x ~ N(v_k, I),  y = argmax(W_k x + b_k)             (100 examples, 80 to train on)
+
+alpha and beta are the family's own fields (config.task.synthetic_shared.alpha, .beta;
+default 0.5 and 1). Given x, the clients' logits are the shared model's plus independent
+Gaussian noise of one variance in every class, so the most likely label is
+argmax(W^0 x + b^0): the shared model is the Bayes-optimal global classifier, and its
+accuracy (run_info.json's data_info, `shared_model_accuracy`) is the ceiling a global model
+is measured against (a client's own model labels its data exactly).
+
+Two test sets of 20 held-out examples per client, both evaluated every time:
+  test_accuracy / test_loss          500 clients of the federation sampled in its first
+                                     rounds (round t samples with np.random.default_rng([seed,
+                                     1, t]) as every run does), so every one has trained;
+  test_accuracy_new / test_loss_new  500 clients outside the federation (ids C, ..., C + 499),
+                                     never sampled.
+Each client's data is made from (seed, id) when it is needed: nothing of size C is built but
+the [C] client sizes.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedinit_jax import checks, data, models
+from fedinit_jax.experiment.tasks import AbstractRound, Family, Task, own_fields, synthetic
+from fedinit_jax.experiment.tasks.synthetic import (
+    CLASSES,
+    FEATURES,
+    PER_CLIENT,
+    TEST_CLIENTS,
+    TRAIN,
+)
+
+
+def shared_model(seed: int):
+    """(W^0 [10, 60], b^0 [10]) of the federation made from `seed`."""
+    rng = np.random.default_rng([seed, 6])
+    return rng.normal(size=(CLASSES, FEATURES)), rng.normal(size=CLASSES)
+
+
+def client_data(client_id: int, alpha: float, beta: float, seed: int, shared=None):
+    """Client `client_id`'s 100 examples: x [100, 60] float32, y [100] int32, from (seed, id)
+    alone. shared: shared_model(seed), when the caller has it."""
+    w0, b0 = shared or shared_model(seed)
+    rng = np.random.default_rng([seed, 7, int(client_id)])
+    w = w0 + alpha * rng.normal(size=w0.shape)
+    b = b0 + alpha * rng.normal(size=b0.shape)
+    v = beta * rng.normal(size=FEATURES)
+    x = (v + rng.normal(size=(PER_CLIENT, FEATURES))).astype(np.float32)
+    return x, np.argmax(x @ w.T + b, axis=1).astype(np.int32)
+
+
+def _cohort(ids, config, shared):
+    fields = own_fields(config)
+    xs, ys = zip(*(client_data(i, fields["alpha"], fields["beta"], config["seed"], shared)
+                   for i in np.asarray(ids).tolist()))
+    return np.stack(xs), np.stack(ys)
+
+
+def sampled_test_clients(config) -> np.ndarray:
+    """Up to 500 distinct clients sampled in the run's first rounds, in order of sampling
+    (fixed participation: the ids of data.sample_clients under the run's round rng)."""
+    per_round = max(1, round(config["participation"] * config["num_clients"]))
+    seen, t = [], 0
+    while len(seen) < min(TEST_CLIENTS, config["num_clients"]) and t < config["rounds"]:
+        rng = np.random.default_rng([config["seed"], 1, t])
+        seen.extend(int(i) for i in data.sample_clients(rng, config["num_clients"], per_round)
+                    if i not in seen)
+        t += 1
+    return np.asarray(seen[:TEST_CLIENTS], np.int64)
+
+
+def _held_out(ids, config, shared):
+    x, y = _cohort(ids, config, shared)
+    return x[:, TRAIN:].reshape(-1, FEATURES), y[:, TRAIN:].reshape(-1)
+
+
+def build(config) -> Task:
+    model = models.get(config["model"], CLASSES)
+    shared = shared_model(config["seed"])
+    new_ids = np.arange(config["num_clients"], config["num_clients"] + TEST_CLIENTS)
+    tests = {"": _held_out(sampled_test_clients(config), config, shared),
+             "_new": _held_out(new_ids, config, shared)}
+    ceiling = {f"test_accuracy{suffix}": float(np.mean(np.argmax(x @ shared[0].T + shared[1],
+                                                                 axis=1) == y))
+               for suffix, (x, y) in tests.items()}
+    tests = {suffix: (jnp.asarray(x), jnp.asarray(y)) for suffix, (x, y) in tests.items()}
+
+    def loss_fn(params, batch, key):
+        del key
+        return synthetic.loss_and_accuracy(model.apply, params, *batch)[0]
+
+    @jax.jit
+    def evaluate(params):
+        metrics = {}
+        for suffix, (x, y) in tests.items():
+            loss, accuracy = synthetic.loss_and_accuracy(model.apply, params, x, y)
+            metrics.update({f"test_accuracy{suffix}": accuracy, f"test_loss{suffix}": loss})
+        return metrics
+
+    def round_batches(ids, rng):
+        """The sampled clients' data made now, then batched as any shards are."""
+        x, y = _cohort(ids, config, shared)
+        shards = data.ClientShards(x[:, :TRAIN], y[:, :TRAIN])
+        return data.round_batches(shards, np.arange(len(ids)), epochs=config["local_epochs"],
+                                  batch_size=config["batch_size"], rng=rng,
+                                  steps=config["local_steps"]), None
+
+    info = {"clients": config["num_clients"], "generated": "per client, from (seed, id)",
+            "test_examples": {f"test_accuracy{s}": int(y.shape[0]) for s, (_, y) in
+                              tests.items()},
+            "shared_model_accuracy": ceiling}
+    return Task(round_batches, np.full(config["num_clients"], TRAIN, np.int32), loss_fn,
+                evaluate, model, (FEATURES,), CLASSES, synthetic.steps(config),
+                4 * FEATURES + 4 + 8, info)
+
+
+def check(config) -> None:
+    synthetic.check(config)
+    if config["participation_mode"] != "fixed":
+        checks.fail("config.participation_mode", config["participation_mode"],
+                    "synthetic_shared's test clients are those its fixed sampling draws first: "
+                    "use participation_mode=fixed")
+
+
+def abstract(config, slots: int) -> AbstractRound:
+    return synthetic.abstract(config, slots)
+
+
+FAMILY = Family(build=build, check=check, abstract=abstract,
+                natural_split="synthetic_shared", fields={"alpha": 0.5, "beta": 1.0})
