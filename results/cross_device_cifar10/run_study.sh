@@ -25,7 +25,9 @@ for seed in $seeds; do
     cell fedinit-start "$alpha" "$seed" --config.algorithm=fedinit --config.delta_from=start
     cell fedinit-next "$alpha" "$seed" --config.algorithm=fedinit --config.ri_offset=next
     cell fedinit-drift "$alpha" "$seed" --config.algorithm=fedinit --config.ri_offset=drift
+    cell fedinit-momentum "$alpha" "$seed" --config.algorithm=fedinit --config.ri_offset=momentum
     cell scaffold "$alpha" "$seed" --config.algorithm=scaffold
     cell scaffold-next "$alpha" "$seed" --config.algorithm=scaffold --config.beta=0.1 --config.ri_offset=next
+    cell scaffold-momentum "$alpha" "$seed" --config.algorithm=scaffold --config.beta=0.1 --config.ri_offset=momentum
   done
 done
