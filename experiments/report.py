@@ -3,7 +3,7 @@
     python -m experiments.report results/cpu_cifar10 --out /tmp/report [--window 5 --last 50]
 
 Writes Markdown tables to stdout and <out>/tables.md, and PNG figures to <out>:
-  Table 4/5  test accuracy: moving-average smoothed (window), max over the last `last`
+  Table 4/5  test accuracy: moving average over `window` evaluations, max over the last `last`
              rounds, mean ± std over seeds, per method (rows) and setting (columns)
   Table 6    each base algorithm without (beta = 0) and with RI, and the gain
   Table 7    seconds per round (train, eval; median over rounds and seeds, the first round,
@@ -15,7 +15,7 @@ Writes Markdown tables to stdout and <out>/tables.md, and PNG figures to <out>:
   fig1a_epochs.png  accuracy vs local epochs;  fig1b_beta.png  accuracy vs beta
   fig2_<setting>.png  accuracy and both divergences per round for every beta
   curves_<setting>.png  test accuracy and train loss per round, one line per method (mean
-             over seeds, band from the lowest to the highest seed); unfinished runs dashed, up
+             over seeds, band from the lowest to the highest seed when n >= 3); unfinished runs dashed, up
              to the round they reached (they are left out of every table)
 """
 import os
@@ -181,17 +181,19 @@ def figures(runs, out, window, last):
     for field, fname, series in figure1_series(runs, window, last):
         if not series:
             continue
-        fig, ax = plt.subplots(figsize=(11, 4.5))
+        fig, ax = plt.subplots(figsize=(9, 6))
         for label, by_x in sorted(series.items()):
             xs = sorted(by_x)
+            # a sweep of three or more values is a curve; two (without / with RI) are two
+            # categories, not a trend: markers only
             ax.errorbar(xs, [np.mean(by_x[x]) for x in xs],
                         yerr=[R.sample_std(by_x[x]) for x in xs], marker="o", capsize=3,
-                        label=label)
+                        ls="-" if len(xs) >= 3 else "none", label=label)
         ax.set_xlabel(FIGURE1_AXES[field])
         ax.set_ylabel("final test accuracy (%)")
-        ax.set_title(f"smoothed (window {window}), max over the last {last} rounds; mean and "
-                     "std over seeds", fontsize=9)
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
+        ax.set_title(f"smoothed over {window} evaluations, max over the last {last} rounds; "
+                     "mean and sample std over seeds", fontsize=9)
+        ax.legend(fontsize=6, loc="best")
         ax.grid(alpha=0.3)
         fig.tight_layout()
         fig.savefig(os.path.join(out, fname), dpi=110)
@@ -209,15 +211,16 @@ def figures(runs, out, window, last):
         fig, axes = plt.subplots(1, 3, figsize=(15, 4))
         for beta in betas:
             chosen = [r for r in rs if R.beta_of(r.config) == beta]
-            for ax, (field, title, scale) in zip(axes, FIGURE2_PANELS):
+            for ax, (field, title, ylabel, scale) in zip(axes, FIGURE2_PANELS):
                 x, y = _mean_curve(chosen, field)
                 ax.plot(x, scale * y, label=f"beta={beta:g} (n={len(chosen)})")
-                ax.set_title(title + ", not smoothed, mean over seeds", fontsize=9)
+                ax.set_title(title + " (not smoothed, mean over seeds)", fontsize=9)
                 ax.set_xlabel("round")
+                ax.set_ylabel(ylabel)
         axes[1].set_yscale("log")
         axes[2].set_yscale("log")
-        axes[0].legend()
-        fig.suptitle(f"{base}, {s}")
+        axes[0].legend(loc="best")
+        fig.suptitle(f"{_ri_family(rs[0].config)}, {s}")
         fig.tight_layout()
         fname = "fig2_" + f"{base}_{s}".replace(" ", "_").replace("%", "pct") + ".png"
         fig.savefig(os.path.join(out, fname), dpi=110)
@@ -251,7 +254,8 @@ def curve_lines(runs, unfinished):
 
 def curve_figures(runs, unfinished, out):
     """curves_<setting>.png per setting (curve_lines): finished methods solid (mean over the
-    seeds, band from the lowest to the highest), unfinished runs dashed. Returns the names."""
+    seeds, band from the lowest to the highest when there are 3 or more), unfinished runs
+    dashed. Returns the names."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -267,14 +271,16 @@ def curve_figures(runs, unfinished, out):
             color = palette(labels.index(label) % palette.N)
             panels[field].plot(rounds, values.mean(0), label=label, color=color,
                                ls="-" if done else "--", marker="o" if len(rounds) == 1 else None)
-            if len(values) > 1:
+            if len(values) >= 3:  # a min-max band of fewer seeds says little
                 panels[field].fill_between(rounds, values.min(0), values.max(0), alpha=0.15,
                                            color=color)
-        for ax, title in zip(axes, ("test accuracy (%)", "train loss")):
-            ax.set_title(f"{title}, not smoothed: mean over seeds, band min-max")
+        for ax, title in zip(axes, ("test accuracy (%)", "train loss (mean local loss)")):
+            ax.set_title(f"{title}, not smoothed: mean over seeds, band min-max (n >= 3)",
+                         fontsize=9)
             ax.set_xlabel("round")
+            ax.set_ylabel(title)
             ax.grid(alpha=0.3)
-        axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
+        axes[1].legend(fontsize=6, loc="best")
         fig.suptitle(s)
         fig.tight_layout()
         fname = "curves_" + s.replace(" ", "_").replace("%", "pct") + ".png"
@@ -285,10 +291,12 @@ def curve_figures(runs, unfinished, out):
 
 
 FIGURE1_AXES = {"local_epochs": "local epochs E", "beta": "RI coefficient beta"}
-# Fig. 2's panels: (metrics field, title, scale)
-FIGURE2_PANELS = (("test_accuracy", "test accuracy (%)", 100),
-                  ("divergence", "divergence of the sampled clients (log)", 1),
-                  ("divergence_all", "Delta^t over all clients (log)", 1))
+# Fig. 2's panels: (metrics field, title, y label, scale)
+FIGURE2_PANELS = (("test_accuracy", "test accuracy", "test accuracy (%)", 100),
+                  ("divergence", "sampled clients' divergence",
+                   "mean_S ||w_iK - w^{t+1}||^2 (log)", 1),
+                  ("divergence_all", "Delta^t over all clients",
+                   "(1/C) sum ||w_i - w||^2 (log)", 1))
 
 
 def _ri_family(config):
@@ -357,7 +365,7 @@ def report(folders, out, window=5, last=50, target=None, with_figures=True) -> s
                          "you can write") from None
     table4, table6 = accuracy_tables(runs, window, last)
     table7, table8 = time_tables(runs, window, target)
-    smoothing = f"smoothed (window {window}), max over the last {last} rounds"
+    smoothing = f"smoothed over {window} evaluations, max over the last {last} rounds"
     others = [part for field in other_accuracies(runs)
               for part in (f"## {field} (%), {smoothing}", accuracy_table(runs, window, last,
                                                                          field))]
