@@ -27,7 +27,7 @@ def test_readme_sample_output_is_the_committed_run_of_its_command():
     import json
 
     from experiments.configs import paper
-    from fedinit_jax.experiment import simulation
+    from fedinit_jax.experiment import outputs
 
     text = open(os.path.join(ROOT, "docs", "usage.md")).read()
     command = re.search(r"    TFDS_DATA_DIR=\.\./shared/tfds \.venv/bin/python -m experiments.train "
@@ -50,6 +50,6 @@ def test_readme_sample_output_is_the_committed_run_of_its_command():
     rows = [json.loads(line) for line in open(os.path.join(sample, "metrics.jsonl"))]
     by_round = {r["round"]: r for r in rows}
     for line in shown[:-1]:
-        assert line == simulation._line(by_round[int(line.split()[1])]), line
-    summary = simulation.summary_line("done", rows, 0, len(rows), seconds=0)
+        assert line == outputs.line(by_round[int(line.split()[1])]), line
+    summary = outputs.summary_line("done", rows, 0, len(rows), seconds=0)
     assert shown[-1] == summary.rsplit("; ", 1)[0] + "; ...", summary

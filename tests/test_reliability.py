@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from experiments.configs import default
 from fedinit_jax import data, experiment
-from fedinit_jax.experiment import simulation
+from fedinit_jax.experiment import simulation, stopping
 
 FAST = [*TINY[1:], "--config.rounds=6", "--config.eval_every=2"]
 SLOW = [*FAST, "--config.local_epochs=10"]  # rounds long enough to signal one mid-run
@@ -435,7 +435,7 @@ def test_resuming_on_another_device_count_is_recorded(tmp_path, monkeypatch):
 def test_a_workdir_without_rounds_takes_the_corrected_config(tmp_path):
     """A run that failed before its first round (say out of memory) left config.json only:
     the corrected command is not refused as 'another config'."""
-    simulation._make_workdir(str(tmp_path))
+    simulation.make_workdir(str(tmp_path))
     simulation.prepare_workdir(str(tmp_path), {**SMALL, "model_width": 50.0})
     assert len(simulation.run(SMALL, str(tmp_path), **QUIET)) == 4
 
@@ -575,7 +575,7 @@ def test_a_train_loss_that_runs_away_ends_the_run_diverged(tmp_path, monkeypatch
         assert fired == reference(losses), losses
     assert reference(cases[2]) == 12 and reference(cases[0]) is None
 
-    monkeypatch.setattr(simulation, "RUNAWAY_FACTOR", 0.0)  # any loss "runs away"
+    monkeypatch.setattr(stopping, "RUNAWAY_FACTOR", 0.0)  # any loss "runs away"
     with pytest.raises(simulation.NonFiniteError, match="for 5 rounds: the run diverged"):
         simulation.run(quiet_config(rounds=8, eval_every=4), str(tmp_path), **QUIET)
     assert len(rows(tmp_path)) == 6

@@ -2,7 +2,8 @@
 
 This subpackage holds what the core (fedinit_jax's algorithms, round, models, data loaders)
 does not need: config validation and building (here), the dataset families (tasks/), the
-host loop with its signals, resume and outputs (simulation.py), workdirs and their lock
+host loop (simulation.py) with its resume (resume.py), stops (stopping.py) and outputs
+(outputs.py), workdirs and their lock
 (workdir.py), checkpoints (checkpoint.py, orbax), multi-process start-up (distributed.py) and
 fetching data (fetch.py). It needs the `[experiments]` extra (TFDS, orbax, ml_collections,
 TensorBoard, tqdm, matplotlib, scikit-learn).

@@ -82,7 +82,7 @@ class Checkpointer:
         uncommitted (like freshly created arrays), so the round may place it on whatever
         devices it shards the clients over. An unreadable checkpoint is moved aside to
         corrupt-<round>, unless keep_damaged: then nothing is moved and `self.damaged` lists
-        the unreadable rounds (the caller decides, simulation._resume).
+        the unreadable rounds (the caller decides, resume.resume).
         """
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _on_disk(like))
         self.damaged = []
