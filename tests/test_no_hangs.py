@@ -170,9 +170,9 @@ def test_plays_that_hold_no_client_are_named_with_their_cause(tmp_path):
 def test_a_compiled_round_that_cannot_fit_its_devices_is_refused(tmp_path, monkeypatch):
     """XLA's account of the compiled round against the devices' memory (here made 2 MiB: the
     state's estimate, 1.3 MB, passes; the compiled round, a few MiB per device, does not)."""
-    from fedinit_jax.experiment import simulation
+    from fedinit_jax.experiment import memory, simulation
 
-    monkeypatch.setattr(experiment, "available_memory", lambda: 2 * 2**20)
+    monkeypatch.setattr(memory, "available_memory", lambda: 2 * 2**20)
     with pytest.raises(ValueError, match=r"config.num_clients=8: the compiled round needs .* "
                                          r"per device \(XLA: arguments"):
         simulation.run(quiet_config(client_store="device"), str(tmp_path / "run"), **QUIET)

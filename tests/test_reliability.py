@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from experiments.configs import default
 from fedinit_jax import data, experiment
-from fedinit_jax.experiment import simulation, stopping
+from fedinit_jax.experiment import planning, simulation, stopping
 
 FAST = [*TINY[1:], "--config.rounds=6", "--config.eval_every=2"]
 SLOW = [*FAST, "--config.local_epochs=10"]  # rounds long enough to signal one mid-run
@@ -424,7 +424,7 @@ def test_an_extended_run_equals_an_uninterrupted_one(tmp_path):
 def test_resuming_on_another_device_count_is_recorded(tmp_path, monkeypatch):
     """num_devices=0 (all that divide N) on a machine of 2 devices, then of 1."""
     simulation.run({**SMALL, "rounds": 2}, str(tmp_path), **QUIET)
-    monkeypatch.setattr(experiment, "num_devices", lambda config: 1)
+    monkeypatch.setattr(planning, "num_devices", lambda config: 1)
     lines = []
     simulation.run({**SMALL, "rounds": 3}, str(tmp_path), log=lines.append, progress=False)
     assert any("resuming on 1 devices, the run so far used 2" in line for line in lines)

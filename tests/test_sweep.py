@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from conftest import ROOT
 
 TINY = ["--config.rounds=2", "--config.num_clients=8", "--config.participation=0.5",
@@ -96,6 +97,7 @@ def test_a_job_array_loop_preempted_and_resubmitted(tmp_path):
     assert "resumed from the checkpoint after round" in log and log.count("summary:") == 2
 
 
+@pytest.mark.slow  # ~19 s: workers share cells by the workdir locks in the SIGTERM test too
 def test_workers_and_a_second_sweep_share_a_results_folder(tmp_path):
     """A 2-worker sweep and a plain one on the same 4 cells at once: the cells are split by
     the workdir locks, no cell is an error, both wait for the other's cells and exit 0."""

@@ -234,8 +234,9 @@ def test_a_federation_whose_client_arrays_cannot_fit_the_host_is_refused(monkeyp
     """The host keeps C client sizes (and C uniforms a per_client Bernoulli round): refused
     naming num_clients and the most this host takes, before anything is allocated."""
     from fedinit_jax import experiment
+    from fedinit_jax.experiment import memory
 
-    monkeypatch.setattr(experiment, "host_memory", lambda: 2**30)
+    monkeypatch.setattr(memory, "host_memory", lambda: 2**30)
     config = experiment.resolve(quiet_config(num_clients=10**8, participation=1e-6,
                                              participation_mode="bernoulli"))
     with pytest.raises(ValueError, match=r"config.num_clients=100000000: needs 1.1 GiB .* at "

@@ -1,0 +1,239 @@
+"""A run's config: resolved (the values that decide the numbers written out), validated
+(ValueError("config.<field>=...: what is allowed") before anything is loaded or compiled), and
+what follows from it alone (E|S|, the builder's arguments, the lr decay).
+
+The config is any mapping with the keys of experiments/configs/default.py (an ml_collections
+ConfigDict there); config.json records it resolved.
+"""
+from fedinit_jax import algorithms, checks, client_store, data, execution, models
+from fedinit_jax.experiment import tasks, workdir
+from fedinit_jax.experiment.memory import check_client_arrays
+from fedinit_jax.federated_round import CLIENT_STATE_DTYPES, DELTA_FROM, FIRST_VISIT, RI_OFFSETS
+
+PARTITIONS = ("iid", "dirichlet", "pathological")
+# algorithm hyperparameters a config may set (None = the registry's default)
+
+
+# algorithm hyperparameters a config may set (None = the registry's default)
+OPTIONS = ("delta_from", "weight_decay", "clip_norm", "first_visit", "ri_offset")
+# fields added after runs were first saved, with the value that means "as before": a saved
+# config.json without such a field resumes under a config that keeps this value
+
+
+# fields added after runs were first saved, with the value that means "as before": a saved
+# config.json without such a field resumes under a config that keeps this value
+ADDED_FIELDS = {"client_state_dtype": "float32", "participation_mode": "fixed",
+                "participation_draw": "per_client",
+                "local_steps": 0, "aggregation": "uniform", "client_store": "auto",
+                "first_visit": "init", "ri_offset": "model"}
+# where the per-client state lives (fedinit_jax/client_store/); auto: on one CPU process,
+# host memory when fewer than C clients can be sampled (_auto_on_cpu); else the device when
+# the state and the compiled round fit, else host memory (disk: several processes)
+
+
+def saved_config(path: str) -> dict:
+    """A run's config.json, every field added since it was saved at its "as before" value
+    (ADDED_FIELDS), resolved: what resuming it means, and what a report compares."""
+    return resolve({**ADDED_FIELDS, **workdir.read_json(path)})
+
+
+def _task_fields(config) -> dict:
+    """resolve's `task` (and the two fields an old synthetic config used for it)."""
+    changed = {}
+    if "task" not in config and config["dataset"] == "synthetic" and "dirichlet_alpha" in config:
+        changed = {"task": {"synthetic": {"alpha": config["dirichlet_alpha"],
+                                          "beta": config["category_noise"]}},
+                   "dirichlet_alpha": 0.1, "category_noise": 0.0}  # default.py's values
+        config = {**config, **changed}
+    family = tasks.family(config["dataset"])
+    own = {config["dataset"]: tasks.own_fields(config)} if family.fields else {}
+    for dataset, given in (config.get("task") or {}).items():  # another family's fields:
+        known = tasks.REGISTRY.get(dataset)                      # kept when not its defaults,
+        if dataset not in own and (known is None or {**known.fields, **given} != dict(
+                known.fields)):                                  # so validate refuses them
+            own[dataset] = dict(given)
+    return {**changed, "task": own}
+
+
+def resolve(config) -> dict:
+    """The config with the values that decide the numbers made explicit, as config.json
+    records them: each hyperparameter the algorithm takes that is None at its builder's
+    default (beta 0.1 for FedInit, 0 for the others), lr_decay None at the algorithm's
+    paper decay. Hyperparameters the algorithm does not take stay None (not applicable).
+    `task` holds the fields of the config's own dataset family only, at their values
+    (tasks.own_fields); a config saved before families had fields of their own ran the
+    synthetic family with alpha = dirichlet_alpha and beta = category_noise, and resolves
+    to that. A config already resolved, or of an unknown algorithm (refused later), is
+    returned as it is."""
+    config = dict(config)
+    if "dataset" in config:
+        config.update(_task_fields(config))
+    entry = algorithms.REGISTRY.get(config.get("algorithm"))
+    if entry is None:
+        return config
+    for name, default in entry.defaults.items():
+        if config.get(name) is None:
+            config[name] = float(default)
+    if config.get("lr_decay") is None and "lr_decay" in config:
+        config["lr_decay"] = entry.local_lr_decay
+    return config
+
+
+AGGREGATIONS = ("uniform", "size")  # the server's mean over S: 1 / |S|, or n_i / sum_S n_j
+
+
+def checked(config) -> dict:
+    """The config resolved (resolve) and validated (validate: ValueError naming the first bad
+    field): all that can be known of it without this process's devices (a sweep's parent,
+    whose workers see other devices, stops here)."""
+    config = resolve(config)
+    validate(config)
+    return config
+
+
+SEED_MAX = 2**32 - 1  # numpy and jax.random.key take any seed up to this
+
+
+MAX_CLIENTS = 2**31 - 1  # client ids are int32 in a round's input and the compiled round
+
+
+def fail(field, value, allowed):
+    checks.fail(f"config.{field}", value, allowed)
+
+
+def _number(config, field, *bounds, **kinds):
+    checks.check_number(f"config.{field}", config[field], *bounds, **kinds)
+
+
+def _choice(config, field, allowed):
+    checks.check_choice(f"config.{field}", config[field], allowed)
+
+
+def accepted_hparams(name: str) -> set:
+    """Hyperparameters the registered algorithm `name` takes (its own and FedAvg's)."""
+    return set(algorithms.REGISTRY[name].defaults)
+
+
+def _check_task_fields(config) -> None:
+    """config.task.<dataset>.<field>: only the fields a family declares, and only its own
+    dataset's changed from their defaults (another family's would change nothing)."""
+    for dataset, given in (config.get("task") or {}).items():
+        declared = dict(tasks.family(dataset).fields) if dataset in tasks.REGISTRY else {}
+        for name, value in (given or {}).items():
+            if name not in declared:
+                fail(f"task.{dataset}.{name}", value,
+                      f"not a field of the {dataset!r} family (its fields: "
+                      f"{', '.join(declared) or 'none'})")
+            if dataset != config["dataset"] and value != declared[name]:
+                fail(f"task.{dataset}.{name}", value,
+                      f"a field of the {dataset!r} family, but config.dataset is "
+                      f"{config['dataset']!r}: it would change nothing")
+
+
+def validate(config) -> None:
+    """ValueError naming the first bad field; checks what can be checked without data."""
+    _choice(config, "algorithm", tuple(algorithms.REGISTRY))
+    _choice(config, "model", models.NAMES)
+    if not isinstance(config["dataset"], str) or not config["dataset"]:
+        fail("dataset", config["dataset"], "must name a dataset ('digits', a registered one: "
+              f"{', '.join(repr(name) for name in tasks.REGISTRY)}, or a TFDS name)")
+    _choice(config, "conv", models.CONV_IMPLEMENTATIONS)
+    _choice(config, "partition", PARTITIONS)
+    _choice(config, "participation_mode", data.PARTICIPATION_MODES)
+    _choice(config, "participation_draw", data.BERNOULLI_DRAWS)
+    if config["participation_mode"] == "fixed" and config["participation_draw"] != "per_client":
+        fail("participation_draw", config["participation_draw"],
+              "how a Bernoulli S is drawn, but participation_mode is 'fixed': it would change "
+              "nothing (use participation_mode=bernoulli, or leave it at per_client)")
+    _choice(config, "delta_from", DELTA_FROM)
+    _choice(config, "first_visit", FIRST_VISIT)
+    _choice(config, "ri_offset", RI_OFFSETS)
+    _choice(config, "client_state_dtype", CLIENT_STATE_DTYPES)
+    _choice(config, "execution", ("auto",) + execution.STRATEGIES)
+    _choice(config, "aggregation", AGGREGATIONS)
+    _choice(config, "client_store", ("auto", *client_store.STORES))  # a registered store
+    _check_task_fields(config)
+    _number(config, "seed", 0, SEED_MAX, integer=True)
+    for field in ("rounds", "local_epochs", "batch_size", "eval_every", "keep_checkpoints"):
+        _number(config, field, 1, integer=True)
+    _number(config, "num_clients", 1, MAX_CLIENTS, integer=True)
+    check_client_arrays(config)
+    _number(config, "checkpoint_every", 0, integer=True)
+    _number(config, "local_steps", 0, integer=True)
+    _number(config, "num_devices", 0, integer=True)
+    _number(config, "participation", 0.0, 1.0, low_open=True)
+    _number(config, "local_lr", 0.0, low_open=True)
+    _number(config, "lr_decay", 0.0, 1.0, low_open=True, optional=True)
+    _number(config, "dirichlet_alpha", 0.0, low_open=True)
+    _number(config, "classes_per_client", 1, integer=True)
+    for field in ("client_noise", "category_noise"):
+        _number(config, field, 0.0)
+    for field in ("weight_decay", "clip_norm"):  # None or 0: off
+        _number(config, field, 0.0, optional=True)
+    _number(config, "model_width", 0.0, low_open=True)
+    if config["model_width"] != 1.0 and config["model"] not in models.WIDTH_MODELS:
+        fail("model_width", config["model_width"],
+              f"only {', '.join(models.WIDTH_MODELS)} take a width; keep 1.0 for {config['model']}")
+    if config["execution"] == "chunked":
+        _number(config, "chunk_size", 1, integer=True)
+    elif config["chunk_size"] is not None:
+        fail("chunk_size", config["chunk_size"], "only execution=chunked takes a chunk size "
+              f"(execution={config['execution']}); leave it unset")
+    accepted = accepted_hparams(config["algorithm"])
+    for field in algorithms.hparam_names():
+        if config.get(field) is None:
+            continue
+        _number(config, field)
+        if field not in accepted:
+            fail(field, config[field], f"is not a hyperparameter of {config['algorithm']} "
+                  f"(it takes {', '.join(sorted(accepted))})")
+    if (config["participation_mode"] == "bernoulli" and data.nonempty_probability(
+            config["num_clients"], config["participation"]) < data.MIN_NONEMPTY):
+        fail("participation", config["participation"],
+              f"with {config['num_clients']} clients a Bernoulli round draws nobody with "
+              f"probability {1 - data.nonempty_probability(config['num_clients'], config['participation']):.6f}"  # noqa: E501
+              f"; needs 1 - (1 - participation)^num_clients >= {data.MIN_NONEMPTY}")
+    if (config["participation_mode"] == "fixed"
+            and round(config["participation"] * config["num_clients"]) < 1):
+        fail("participation", config["participation"],
+              f"samples no client of {config['num_clients']}: needs participation * "
+              "num_clients >= 0.5")
+    tasks.family(config["dataset"]).check(config)  # the dataset family's rules, typed fields
+    try:  # the builder's own range checks (rho >= 0, 0 <= alpha <= 1, ...), before any data
+        algorithms.get(config["algorithm"], _loss_never_called, **algorithm_kwargs(config))
+    except ValueError as err:
+        raise ValueError(f"config.{err}") from None
+
+
+def _loss_never_called(params, batch, key):
+    raise AssertionError("validate() builds the algorithm only to check its arguments")
+
+
+def expected_clients(config) -> int:
+    """E|S|: round(participation * C) under either participation rule (Table 9's N)."""
+    return max(1, int(round(config["participation"] * config["num_clients"])))
+
+
+def algorithm_kwargs(config) -> dict:
+    """The builder arguments the config sets (unset hyperparameters keep their defaults)."""
+    kwargs = {f: config[f] for f in algorithms.hparam_names() if config.get(f) is not None}
+    taken = algorithms.REGISTRY[config["algorithm"]].options
+    kwargs.update({f: config[f] for f in OPTIONS if f in taken})
+    return kwargs
+
+
+def options_not_applicable(config) -> dict:
+    """The shared options the config sets that its algorithm does not take (delta_from for
+    the FedDyn family, whose server replaces w): they change nothing, and the binaries say so
+    and record them in run_info.json. A sweep or a paper preset sets them for every method."""
+    taken = algorithms.REGISTRY[config["algorithm"]].options
+    defaults = {"delta_from": "global", "first_visit": "init", "ri_offset": "model"}
+    return {f: config[f] for f in OPTIONS
+            if f not in taken and config[f] != defaults.get(f, None)}
+
+
+def local_lr_decay(config) -> float:
+    """The configured decay, else the algorithm's paper default (FedDyn 0.9995, else 0.998)."""
+    if config["lr_decay"] is not None:
+        return config["lr_decay"]
+    return algorithms.REGISTRY[config["algorithm"]].local_lr_decay

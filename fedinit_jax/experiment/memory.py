@@ -1,0 +1,97 @@
+"""What a run needs of the host's and the device's memory, checked before anything is
+allocated: the per-client host arrays, the [C, ...] tables, a cohort's rows, a round's input
+and the compiled round (ValueError naming the field that sets the size)."""
+import jax
+
+from fedinit_jax import checks, costs
+from fedinit_jax.experiment import tasks
+
+
+def _fail(field, value, allowed):
+    checks.fail(f"config.{field}", value, allowed)
+
+def check_client_arrays(config) -> None:
+    """The host keeps C client sizes (int32) and a Bernoulli round with the per_client draw
+    makes C uniforms (float64): refused naming num_clients when they cannot fit the host's
+    available memory (before anything is allocated)."""
+    per_client = 4 + (8 if config["participation_mode"] == "bernoulli"
+                      and config["participation_draw"] == "per_client" else 0)
+    available = host_memory()
+    if available is not None and config["num_clients"] * per_client > available:
+        _fail("num_clients", config["num_clients"],
+              f"needs {config['num_clients'] * per_client / 2**30:.1f} GiB of host memory for "
+              f"its per-client arrays ({per_client} bytes a client), more than the "
+              f"{available / 2**30:.1f} GiB available: at most "
+              f"{available // per_client:,} clients on this host")
+
+
+def available_memory():
+    """Bytes this process's first device can hold: its allocator's limit (GPU/TPU), or the
+    host's MemAvailable (CPU); None when neither is known."""
+    try:  # this process's own device (another process's cannot be asked)
+        stats = jax.local_devices()[0].memory_stats() or {}
+    except Exception:  # noqa: BLE001 - backends without memory statistics raise various kinds
+        stats = {}
+    if stats.get("bytes_limit"):
+        return int(stats["bytes_limit"])
+    return host_memory()
+
+
+def host_memory():
+    """The host's MemAvailable in bytes (None when unknown): where round inputs are built."""
+    try:
+        with open("/proc/meminfo") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def check_memory(config, state: costs.StateCosts):
+    """ValueError before any allocation when even the state alone cannot fit: every client's
+    w_i and per-client extras (C x their bytes, from the state's shapes) plus four copies
+    of the model."""
+    need = config["num_clients"] * state.per_client_bytes + 4 * 4 * state.d
+    available = available_memory()
+    if available is not None and need > available:
+        field = "model_width" if config["model_width"] != 1.0 else "num_clients"
+        _fail(field, config[field],
+              f"the federation needs at least {need / 2**30:.1f} GiB ({config['num_clients']} "
+              f"clients x {state.client_vectors} vectors x d={state.d:,} parameters, "
+              f"{state.per_client_bytes:,} bytes a client) but {available / 2**30:.1f} GiB "
+              "are available")
+
+
+def check_cohort_memory(run_plan, state: costs.StateCosts, device_error) -> None:
+    """Before the clients go to host memory (client_store auto): the device must still hold
+    the model's copies and one round's cohort rows; else the device's refusal stands."""
+    need = run_plan.client_slots * state.per_client_bytes + 16 * 4 * state.d
+    available = available_memory()
+    if available is not None and need > available:
+        raise device_error
+
+
+def check_round_input_size(run_plan, task: tasks.Task) -> None:
+    """ValueError naming the field before a round input that cannot fit the host is built:
+    N clients x K steps x B examples x (example + label + batch index bytes)."""
+    config, n = run_plan.config, run_plan.client_slots
+    need = n * task.steps * config["batch_size"] * task.example_bytes
+    available = host_memory()
+    if available is not None and need > available // 2:
+        field = "local_steps" if config["local_steps"] else "local_epochs"
+        _fail(field, config[field],
+              f"a round's input needs {need / 2**30:.3g} GiB ({n} "
+              f"clients x K={task.steps:,} steps x B={config['batch_size']} examples x "
+              f"{task.example_bytes} bytes) but the host has {available / 2**30:.1f} GiB "
+              "available (half of it may be used)")
+
+
+def round_memory(compiled) -> dict:
+    """XLA's memory account of a compiled round on one device, in bytes: arguments, outputs,
+    temporaries, aliased (donated) and the peak it needs (args + outputs + temps - aliased)."""
+    m = compiled.memory_analysis()
+    account = {"arguments": m.argument_size_in_bytes, "outputs": m.output_size_in_bytes,
+               "temporaries": m.temp_size_in_bytes, "aliased": m.alias_size_in_bytes}
+    account["peak"] = (account["arguments"] + account["outputs"] + account["temporaries"]
+                       - account["aliased"])
+    return account
