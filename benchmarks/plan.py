@@ -174,7 +174,7 @@ def plan(spec: str, config: dict, devices: int, utilization: float) -> dict:
                            static_argnums=4).lower(server, cohort, as_arrays(inp), key,
                                                    c).compile()
     else:
-        compiled = algo.apply.lower(state, inp, key).compile()
+        compiled = algo.lower(state, inp, key).compile()
     compile_seconds = time.perf_counter() - t0
     account = experiment.round_memory(compiled)
     unsharded = with_runtime(algo, execution="vmap", num_devices=None)

@@ -26,8 +26,15 @@ from fedinit_jax.correction import (
     ServerInput,
     compose,
 )
-from fedinit_jax.federated_round import Cohort, RoundSpec
-from fedinit_jax.types import Costs, FederatedAlgorithm, FedState, RoundInput, Runtime
+from fedinit_jax.types import (
+    Cohort,
+    Costs,
+    FederatedAlgorithm,
+    FedState,
+    RoundInput,
+    RoundSpec,
+    Runtime,
+)
 
 __all__ = ["algorithms", "replicas", "client_store", "Cohort", "build_algorithm", "check_round_input", "check_state",
            "Correction", "ClientCorrection", "ServerCorrection", "ServerInput", "LocalContext",

@@ -5,9 +5,9 @@
     state = algo.init(params, num_clients)      # federated_round.init_state, beta written in
     state, metrics = algo.apply(state, round_input, key)   # federated_round.federated_round, jitted
 
-`apply` is the round jit-compiled once (with `apply.lower`, as on any jax.jit function);
-`with_runtime(algo, ...)` is the same round run another way, `apply_cohort(algo, ...)` the
-round on the sampled clients' rows of a ClientStore. The round itself, pure, is
+`apply` is the round jit-compiled once, `algo.lower` the same round lowered ahead of time;
+`with_runtime(algo, ...)` is the same round run another way, `algo.apply_cohort` (or
+`apply_cohort(algo, ...)`) the round on the sampled clients' rows of a ClientStore. The round itself, pure, is
 federated_round.py; the host checks are checks.py.
 """
 import functools
@@ -93,8 +93,8 @@ def check_runtime(runtime: Runtime) -> None:
 
 def algorithm_of(spec: RoundSpec, runtime: Runtime, beta: float = 0.0) -> FederatedAlgorithm:
     """The algorithm of `spec` under `runtime`: init (writing `beta` into the state), and the
-    jitted round as apply, which, as a jax.jit function does, has `apply.lower` (the round
-    lowered ahead of time)."""
+    jitted round as apply, lower (the round lowered ahead of time) and apply_cohort (the round
+    on a cohort's rows)."""
     check_runtime(runtime)
     mesh = strategies.client_mesh(runtime.num_devices)
     donate = (0,) if runtime.donate_state else ()
@@ -140,19 +140,9 @@ def algorithm_of(spec: RoundSpec, runtime: Runtime, beta: float = 0.0) -> Federa
         return jitted_cohort(place(state), cohort, as_arrays(round_input), key,
                              int(num_clients))
 
-    apply.lower, apply.cohort = lower, cohort
     return FederatedAlgorithm(init=functools.partial(init_state, spec, runtime, beta),
-                              apply=apply, spec=spec, runtime=runtime)
-
-
-def initial_beta(algo: FederatedAlgorithm) -> float:
-    """The beta algo.init writes into a new state (the builder's `beta=`); a round reads the
-    state's. ValueError for an algorithm no builder made."""
-    init = algo.init
-    if not (isinstance(init, functools.partial) and init.func is init_state):
-        raise ValueError("an algorithm made by a builder (fedinit_jax.algorithms, "
-                         f"build_algorithm) is needed here, got init={init!r}")
-    return init.args[2]
+                              apply=apply, spec=spec, runtime=runtime, lower=lower,
+                              apply_cohort=cohort, beta=beta)
 
 
 def with_runtime(algo: FederatedAlgorithm, runtime: Runtime | None = None,
@@ -166,7 +156,7 @@ def with_runtime(algo: FederatedAlgorithm, runtime: Runtime | None = None,
     if fields.get("execution", "chunked") != "chunked" and "chunk_size" not in fields:
         fields["chunk_size"] = None  # leaving chunked: its chunk size goes with it
     return algorithm_of(algo.spec, (algo.runtime if runtime is None else runtime)
-                        ._replace(**fields), initial_beta(algo))
+                        ._replace(**fields), algo.beta)
 
 
 def apply_cohort(algo: FederatedAlgorithm, state: FedState, cohort: Cohort,
@@ -174,7 +164,7 @@ def apply_cohort(algo: FederatedAlgorithm, state: FedState, cohort: Cohort,
     """One round of `algo` on the cohort's rows (cohort_round, jit-compiled; pure):
     (state, cohort, round_input, key, C) -> (state, new cohort, metrics); C a Python int.
     For a federation whose per-client state lives in a ClientStore (fedinit_jax/client_store/)."""
-    return algo.apply.cohort(state, cohort, round_input, key, num_clients)
+    return algo.apply_cohort(state, cohort, round_input, key, num_clients)
 
 
 def as_arrays(round_input: RoundInput) -> RoundInput:

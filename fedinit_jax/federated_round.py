@@ -57,7 +57,6 @@ client's state, so its cost is the cohort's, not the federation's.
 """
 import functools
 import warnings
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -68,8 +67,8 @@ from jax import lax
 
 from fedinit_jax import execution as strategies
 from fedinit_jax import local, tree
-from fedinit_jax.correction import Correction, LocalContext, ServerInput
-from fedinit_jax.types import Array, FedState, RoundInput, Runtime
+from fedinit_jax.correction import LocalContext, ServerInput
+from fedinit_jax.types import Array, Cohort, FedState, RoundInput, RoundSpec, Runtime  # noqa: F401 (Cohort, RoundSpec: where they were)
 
 DELTA_FROM = ("global", "start")
 # init warns when undonated [C, ...] client tables exceed this: each round copies them
@@ -86,28 +85,6 @@ RI_OFFSETS = ("model", "next", "drift", "momentum")
 # w's steps cannot grow; 0.9 is Algorithm 1's at 10 of 100 clients and beta 0.1)
 RI_MAX_GAIN = 0.9
 CLIENT_STATE_DTYPES = ("float32", "bfloat16", "float16")
-
-
-class RoundSpec(NamedTuple):
-    """What the round computes (build_algorithm's arguments); the Runtime says how it runs.
-
-    beta is not here: it is the state's (FedState.beta, traced, so replicas may differ and a
-    hypergradient reaches it), the only beta the round reads. A builder's `beta=` is the
-    value init writes there.
-    server_optimizer: optax transformation of the pseudo-gradient -mean_S(delta_i).
-    client_optimizer: None (plain SGD, the paper's), or an optax transformation between
-      weight decay and the step -eta_l (local.py).
-    """
-
-    loss_fn: Callable
-    correction: Correction
-    delta_from: str
-    server_optimizer: Any
-    client_optimizer: Any
-    clip_norm: float | None
-    weight_decay: float | None
-    first_visit: str = "init"
-    ri_offset: str = "model"
 
 
 def _floats_to(dtype, pytree):
@@ -370,17 +347,6 @@ def round_metrics(losses, w_end, w_new, mask) -> dict:
         "train_loss": tree.client_mean(losses, mask),
         "divergence": tree.client_mean(tree.per_client_sq_dist(w_end, w_new), mask),
     }
-
-
-class Cohort(NamedTuple):
-    """The sampled clients' rows of the per-client state, each leaf [N, ...] in the stored
-    dtype (Runtime.client_state_dtype): their last local models w_i and correction states,
-    and whether each was sampled before ([N] bool). Gathered from wherever the federation
-    keeps them (FedState's tables, a ClientStore)."""
-
-    client_params: Any
-    client_state: Any
-    client_visited: Any
 
 
 def cohort_round(spec: RoundSpec, runtime: Runtime, state: FedState, cohort: Cohort,

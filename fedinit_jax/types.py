@@ -127,29 +127,69 @@ class Runtime(NamedTuple):
 DEFAULT_RUNTIME = Runtime()
 
 
+class RoundSpec(NamedTuple):
+    """What the round computes (build_algorithm's arguments); the Runtime says how it runs.
+
+    beta is not here: it is the state's (FedState.beta, traced, so replicas may differ and a
+    hypergradient reaches it), the only beta the round reads. A builder's `beta=` is the
+    value init writes there.
+    server_optimizer: optax transformation of the pseudo-gradient -mean_S(delta_i).
+    client_optimizer: None (plain SGD, the paper's), or an optax transformation between
+      weight decay and the step -eta_l (local.py).
+    """
+
+    loss_fn: Callable
+    correction: Any  # fedinit_jax.correction.Correction
+    delta_from: str
+    server_optimizer: Any
+    client_optimizer: Any
+    clip_norm: float | None
+    weight_decay: float | None
+    first_visit: str = "init"
+    ri_offset: str = "model"
+
+
+class Cohort(NamedTuple):
+    """The sampled clients' rows of the per-client state, each leaf [N, ...] in the stored
+    dtype (Runtime.client_state_dtype): their last local models w_i and correction states,
+    and whether each was sampled before ([N] bool). Gathered from wherever the federation
+    keeps them (FedState's tables, a ClientStore)."""
+
+    client_params: Any
+    client_state: Any
+    client_visited: Any
+
+
 class FederatedAlgorithm(NamedTuple):
     """The pair (init, apply) of an algorithm, and what describes it.
 
-    init(params, num_clients) -> FedState.
+    init(params, num_clients) -> FedState, with `beta` written into it.
     apply(state, round_input, key) -> (state, metrics): one round, pure and jit-compiled;
       it checks nothing on the host, so it composes with a user's own jax.jit, lax.scan and
       vmap. Host-side checks are a separate, explicit step: check_state(algo, state) once
       after init or a restore, check_round_input(algo, state, round_input) per round
-      (checks.py); the binaries call both. As a jax.jit function, it has
-      `apply.lower(state, round_input, key)`: the round lowered ahead of time (state and
-      batches may be jax.ShapeDtypeStruct), whose `.compile()` tells its memory per device
-      and its FLOPs before anything runs (benchmarks/plan.py; the binaries refuse a round
-      that cannot fit).
+      (checks.py); the binaries call both.
     spec: what the round computes (federated_round.RoundSpec: loss, correction,
-      delta_from, optimizers, clip, weight decay).
+      delta_from, optimizers, clip, weight decay, the RI options).
     runtime: the Runtime it runs under; `fedinit_jax.with_runtime(algo, ...)` gives the
       same algorithm under another.
-    The same round on the sampled clients' rows only, for a federation whose per-client
-    state lives in a ClientStore: builder.apply_cohort(algo, ...). What an
-    algorithm communicates and stores: algorithms.REGISTRY[name].costs, fedinit_jax.costs.
+    lower(state, round_input, key): apply's round lowered ahead of time (state and batches
+      may be jax.ShapeDtypeStruct), whose `.compile()` tells its memory per device and its
+      FLOPs before anything runs (benchmarks/plan.py; the binaries refuse a round that
+      cannot fit).
+    apply_cohort(state, cohort, round_input, key, num_clients) -> (state, new cohort,
+      metrics): the same round on the sampled clients' rows only, for a federation whose
+      per-client state lives in a ClientStore (fedinit_jax/client_store/).
+    beta: the beta init writes into a new state (the builder's `beta=`); a round reads the
+      state's (FedState.beta).
+    What an algorithm communicates and stores: algorithms.REGISTRY[name].costs,
+    fedinit_jax.costs.
     """
 
     init: Callable[..., FedState]
     apply: Callable[[FedState, RoundInput, Array], tuple[FedState, dict]]
-    spec: Any
+    spec: RoundSpec
     runtime: Runtime
+    lower: Callable[..., Any]
+    apply_cohort: Callable[..., tuple[FedState, Any, dict]]
+    beta: float

@@ -133,7 +133,7 @@ def check_compiled_round(run_plan, algo, params, task) -> None:
     the host's available memory. params: arrays or their jax.ShapeDtypeStruct."""
     config = run_plan.config
     state = jax.eval_shape(lambda p: algo.init(p, config["num_clients"]), params)
-    compiled = algo.apply.lower(state, first_round_input(run_plan, task),
+    compiled = algo.lower(state, first_round_input(run_plan, task),
                                 jax.random.key(0)).compile()
     account = memory.round_memory(compiled)
     available = memory.available_memory()
