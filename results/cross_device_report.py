@@ -1,0 +1,161 @@
+"""The cross-device studies' table and figures (docs/study_cross_device.md).
+
+    .venv/bin/python results/cross_device_report.py FOLDER [FOLDER ...] --out OUT \
+        [--target 0.45] [--window 3] [--last 100]
+
+Each FOLDER holds cells named <method>-s<seed> (a run's workdir, as the study scripts write
+them). Writes OUT/report.md: per method, the seeds, final test accuracy (moving average over
+`window` evaluations, max over the last `last` rounds; finished runs only), best single
+evaluation, the rounds to `target` test accuracy (first evaluation at or above it, one per
+seed), the final train loss (mean of the last 20 rounds) and its ratio to FedAvg's, and how
+each run ended (done, or diverged at a round); mean ± sample std over seeds, every other test
+metric (test_accuracy_new) likewise. And OUT/<folder>_curves.png: test accuracy, train loss
+and Delta^t = (1/C) sum ||o_i||^2 at evaluation rounds, one line per method (mean over seeds,
+min-max band only with 3 or more seeds).
+"""
+import argparse
+import glob
+import os
+import statistics as st
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from experiments import results as R  # noqa: E402
+
+ORDER = ("fedavg", "fedinit-model", "fedinit-model-init", "fedinit-start", "fedinit-next",
+         "fedinit-drift", "fedinit-momentum", "scaffold", "scaffold-next", "scaffold-momentum")
+
+
+def cells(folder):
+    """{method: [(seed, run, ended)]} of the folder's <method>-s<seed> workdirs."""
+    out = {}
+    for path in sorted(glob.glob(os.path.join(folder, "*-s[0-9]*"))):
+        if not os.path.exists(os.path.join(path, "metrics.jsonl")):
+            continue
+        name, seed = os.path.basename(path).rsplit("-s", 1)
+        run = R.find_runs([path])[0]
+        log = os.path.join(path, "train.log")
+        last = open(log).read().strip().splitlines()[-1] if os.path.exists(log) else ""
+        if run.rows[-1]["round"] == run.config["rounds"]:
+            ended = "done"
+        elif "summary: diverged" in last:
+            ended = f"diverged at {run.rows[-1]['round']}"
+        else:
+            ended = f"unfinished at {run.rows[-1]['round']}"
+        out.setdefault(name, []).append((int(seed), run, ended))
+    return dict(sorted(out.items(), key=lambda kv: (
+        ORDER.index(kv[0]) if kv[0] in ORDER else len(ORDER), kv[0])))
+
+
+def mean_std(values, scale=100.0):
+    values = [v for v in values if v == v]
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{scale * values[0]:.2f}"
+    return f"{scale * st.mean(values):.2f} ± {scale * st.stdev(values):.2f}"
+
+
+def final_loss(run):
+    return st.mean(r["train_loss"] for r in run.rows[-20:])
+
+
+def table(folder, target, window, last):
+    groups = cells(folder)
+    fields = sorted({k for runs in groups.values() for _, run, _ in runs for r in run.rows
+                     for k in r if k.startswith("test_accuracy")})
+    base = [final_loss(run) for _, run, ended in groups.get("fedavg", []) if ended == "done"]
+    head = ["method", "seeds"] + [f"final {f} %" for f in fields] + [
+        "best test_accuracy %", f"rounds to {100 * target:g} %", "final train loss",
+        "x FedAvg's", "ended"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, runs in groups.items():
+        finals = [mean_std([R.final_accuracy(run, window, last, f) if ended == "done"
+                            else float("nan") for _, run, ended in runs]) for f in fields]
+        best = mean_std([max(R.curve(run, "test_accuracy")[1]) for _, run, _ in runs])
+        hits = []
+        for _, run, _ in runs:
+            rounds, acc = R.curve(run, "test_accuracy")
+            hit = rounds[acc >= target]
+            hits.append(str(hit[0]) if len(hit) else "never")
+        losses = [final_loss(run) for _, run, _ in runs]
+        ratio = (f"{st.mean(losses) / st.mean(base):.2f}" if base and all(
+            ended == "done" for *_, ended in runs) else "-")
+        lines.append("| " + " | ".join(
+            [name, str(len(runs))] + finals + [best, ", ".join(hits),
+                                               ", ".join(f"{x:.3g}" for x in losses), ratio,
+                                               ", ".join(f"s{s}: {e}" for s, _, e in runs)])
+            + " |")
+    ceilings = {}  # a task's Bayes-optimal global classifier, when it has one (synthetic_shared)
+    for _, run, _ in next(iter(groups.values()), []):
+        shared = (run.info.get("data") or {}).get("shared_model_accuracy") or {}
+        for field, value in shared.items():
+            ceilings.setdefault(field, []).append(value)
+    if ceilings:
+        lines.append("| " + " | ".join(
+            ["shared model (Bayes-optimal)", str(len(ceilings[fields[0]]))]
+            + [mean_std(ceilings.get(f, [])) for f in fields] + ["-"] * 5) + " |")
+    return "\n".join(lines), groups
+
+
+def figure(groups, path, title):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = (("test_accuracy", "test accuracy (%)", 100.0, False),
+              ("train_loss", "train loss (mean local loss, log)", 1.0, True),
+              ("divergence_all", "Delta^t = (1/C) sum ||o_i||^2 (log)", 1.0, True))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
+    palette = plt.get_cmap("tab10")
+    for k, (name, runs) in enumerate(groups.items()):
+        for ax, (field, label, scale, log) in zip(axes, panels):
+            curves = [dict(zip(*R.curve(run, field))) for _, run, _ in runs]
+            rounds = sorted(set.intersection(*(set(c) for c in curves)))
+            if not rounds:
+                continue
+            values = scale * np.array([[c[t] for t in rounds] for c in curves])
+            ax.plot(rounds, values.mean(0), color=palette(k % 10),
+                    label=f"{name} (n={len(runs)})")
+            if len(runs) >= 3:
+                ax.fill_between(rounds, values.min(0), values.max(0), color=palette(k % 10),
+                                alpha=0.15)
+            ax.set_yscale("log" if log else "linear")
+    for ax, (_, label, _, _) in zip(axes, panels):
+        ax.set_xlabel("round")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7, loc="lower right")
+    fig.suptitle(f"{title}: mean over seeds, band min-max (n >= 3); diverged runs end early",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folders", nargs="+")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--target", type=float, default=0.45)
+    parser.add_argument("--window", type=int, default=3)
+    parser.add_argument("--last", type=int, default=100)
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    parts = []
+    for folder in args.folders:
+        name = os.path.basename(os.path.normpath(folder))
+        text, groups = table(folder, args.target, args.window, args.last)
+        figure(groups, os.path.join(args.out, f"{name}_curves.png"), name)
+        parts.append(f"## {name}\n\nFinal: moving average over {args.window} evaluations, max "
+                     f"over the last {args.last} rounds.\n\n{text}\n\n![{name}]({name}_curves.png)")
+    with open(os.path.join(args.out, "report.md"), "w") as f:
+        f.write("\n\n".join(parts) + "\n")
+    print("\n\n".join(parts))
+
+
+if __name__ == "__main__":
+    main()
