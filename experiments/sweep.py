@@ -7,13 +7,16 @@ job array, or several workers.
     python -m experiments.sweep ... --cell=$SLURM_ARRAY_TASK_ID     # exactly one cell
     python -m experiments.sweep ... --workers=8                     # 8 cells at once
 
-The grid is algorithms x Dirichlet alphas x betas x local epochs x delta_from x seeds on top of
-the config (which --config.FIELD overrides change for every cell), in that order; a cell's
-index is its place in it. Each cell is a workdir
-<results>/<algorithm>-dir<alpha>-beta<beta>-E<epochs>-<delta_from>-s<seed> (Shakespeare: -roles-
-instead of -dir<alpha>-, its partition is natural), named with the resolved values (no
---betas: each algorithm's default beta, e.g. beta0.1 for FedInit, as config.json records it;
-a folder named `betadefault` by earlier versions is still that cell's workdir).
+The grid is algorithms x Dirichlet alphas x betas x local epochs x delta_from x the --grid
+axes x seeds on top of the config (which --config.FIELD overrides change for every cell), in
+that order; a cell's index is its place in it. `--grid FIELD=v1,v2` (repeatable) adds an axis
+over any other config field, each value read as the field's type (`--grid
+ri_offset=next,momentum --grid first_visit=global`). Each cell is a workdir
+<results>/<algorithm>-dir<alpha>-beta<beta>-E<epochs>-<delta_from>[-<FIELD><value>...]-s<seed>
+(Shakespeare: -roles- instead of -dir<alpha>-, its partition is natural), named with the
+resolved values (no --betas: each algorithm's default beta, e.g. beta0.1 for FedInit, as
+config.json records it; a folder named `betadefault` by earlier versions is still that cell's
+workdir).
 
 A cell is in one of six states, the same in --list, the status files and the exit code:
 done, diverged (not rerun unless --rerun_diverged), failed (an error: its line says which),
@@ -65,6 +68,8 @@ flags.DEFINE_list("betas", [], "RI coefficients (empty: each algorithm's default
 flags.DEFINE_list("local_epochs", [], "Local epochs (empty: the config's).")
 flags.DEFINE_list("delta_from", [], "global and/or start (empty: the config's).")
 flags.DEFINE_list("seeds", ["0"], "Seeds.")
+flags.DEFINE_multi_string("grid", [], "FIELD=v1,v2: one more axis of the grid over any config "
+                          "field but those above (repeatable).")
 flags.DEFINE_bool("list", False, "Print every cell (index, name, state) and exit; the exit "
                   "code says the grid's state (module doc).")
 flags.DEFINE_bool("unfinished", False, "With --list: print only the indices of the cells still "
@@ -95,9 +100,53 @@ def _parse(values, kind, field):
                          f"{kind.__name__}") from None
 
 
+# the grid's own axes: a --grid over one of them is refused, naming its flag
+SHORTHANDS = {"algorithm": "--algorithms", "dirichlet_alpha": "--dirichlet_alphas",
+              "beta": "--betas", "local_epochs": "--local_epochs",
+              "delta_from": "--delta_from", "seed": "--seeds"}
+
+
+def _value(text: str, like, field):
+    """`text` read as the type of the config's value `like` (bool, int, float, str; None:
+    a number if it reads as one, else the text)."""
+    if isinstance(like, bool):
+        if text.lower() not in ("true", "false"):
+            raise ValueError(f"--grid {field}={text}: config.{field} is a bool: true or false")
+        return text.lower() == "true"
+    for kind in ((int,) if isinstance(like, int) else (float,) if isinstance(like, float)
+                 else () if isinstance(like, str) else (int, float)):
+        try:
+            return kind(text)
+        except ValueError:
+            if like is not None:
+                raise ValueError(f"--grid {field}={text}: config.{field} is a "
+                                 f"{kind.__name__}") from None
+    return text
+
+
+def grid_axes(base: dict) -> list:
+    """[(field, [values])] of the --grid flags, in their order; ValueError naming the flag
+    for an unknown field, one of the grid's own axes, an empty or repeated one."""
+    axes = []
+    for entry in FLAGS.grid:
+        field, _, values = entry.partition("=")
+        if field in SHORTHANDS:
+            raise ValueError(f"--grid {entry}: {field} is an axis of its own: use "
+                             f"{SHORTHANDS[field]}")
+        if field not in base:
+            raise ValueError(f"--grid {entry}: config has no field {field!r} (every field: "
+                             "experiments/configs/default.py)")
+        if not values or field in dict(axes):
+            raise ValueError(f"--grid {entry}: give FIELD=v1,v2,... once per field")
+        axes.append((field, [_value(v, base[field], field) for v in values.split(",")]))
+    return axes
+
+
 def cells(base: dict):
     """(name, config) for every cell of the grid, each config resolved and validated
     (experiment.checked: no devices asked; a cell's run plans it where it runs)."""
+    import itertools
+
     from fedinit_jax import experiment
     from fedinit_jax.experiment import tasks
 
@@ -106,28 +155,28 @@ def cells(base: dict):
     betas = _parse(FLAGS.betas, float, "betas") or [base["beta"]]
     epochs = _parse(FLAGS.local_epochs, int, "local_epochs") or [base["local_epochs"]]
     deltas = FLAGS.delta_from or [base["delta_from"]]
+    axes = grid_axes(base)
     seeds = _parse(FLAGS.seeds, int, "seeds")
-    for algorithm in FLAGS.algorithms:
-        for alpha in alphas:
-            for beta in betas:
-                for e in epochs:
-                    for delta in deltas:
-                        for seed in seeds:
-                            config = experiment.checked({
-                                **base, "algorithm": algorithm, "dirichlet_alpha": alpha,
-                                "beta": beta, "local_epochs": e, "delta_from": delta,
-                                "seed": seed})
-                            yield _cell_name(config, natural, beta is None), config
+    for algorithm, alpha, beta, e, delta, *extra, seed in itertools.product(
+            FLAGS.algorithms, alphas, betas, epochs, deltas, *(v for _, v in axes), seeds):
+        chosen = dict(zip((f for f, _ in axes), extra))
+        config = experiment.checked({
+            **base, **chosen, "algorithm": algorithm, "dirichlet_alpha": alpha, "beta": beta,
+            "local_epochs": e, "delta_from": delta, "seed": seed})
+        yield _cell_name(config, natural, beta is None, chosen), config
 
 
-def _cell_name(config, natural, default_beta) -> str:
+def _cell_name(config, natural, default_beta, chosen=None) -> str:
     """<algorithm>-<split>-beta<beta>-E<epochs>-<delta_from>-s<seed> with the resolved beta;
     a default beta's folder named `betadefault` by earlier versions keeps its cell."""
     split = natural or f"dir{config['dirichlet_alpha']:g}"  # the data's own, or alpha
 
+    extra = "".join(f"-{field}{value:g}" if isinstance(value, float) else f"-{field}{value}"
+                    for field, value in (chosen or {}).items())
+
     def name(beta):
         return (f"{config['algorithm']}-{split}-beta{beta}-E{config['local_epochs']}-"
-                f"{config['delta_from']}-s{config['seed']}")
+                f"{config['delta_from']}{extra}-s{config['seed']}")
 
     resolved = name("default" if config["beta"] is None else format(config["beta"], "g"))
     legacy = name("default")

@@ -184,3 +184,18 @@ def test_the_array_script_runs_the_grid_it_is_given(tmp_path):
         "srun python -m experiments.sweep --config c.py --results /r --seeds=0,1 --cell=3",
         "srun python -m experiments.sweep --config d.py --results /q --cell=3",
         "scontrol requeue 77_3"]
+
+
+def test_a_grid_over_any_config_field(tmp_path):
+    """--grid FIELD=v1,v2 (repeatable) adds an axis over any other config field, read as the
+    field's type and named in the cell's workdir; one of the grid's own axes is refused
+    naming its flag."""
+    grid = [*TINY, "--algorithms=fedinit", "--grid", "ri_offset=next,momentum",
+            "--grid", "first_visit=global", "--grid", "local_lr=0.1,0.05"]
+    listed = sweep(tmp_path, *grid, "--list")
+    assert listed.returncode == 75, listed.stderr  # nothing run yet
+    names = [line.split("\t")[1] for line in listed.stdout.splitlines()]
+    assert names == [f"fedinit-dir0.1-beta0.1-E1-global-ri_offset{r}-first_visitglobal-"
+                     f"local_lr{lr}-s0" for r in ("next", "momentum") for lr in ("0.1", "0.05")]
+    refused = sweep(tmp_path, *TINY, "--grid", "beta=0.1,0.2", "--list")
+    assert refused.returncode == 2 and "beta is an axis of its own: use --betas" in refused.stderr
