@@ -39,6 +39,9 @@ from fedinit_jax.types import (
     Runtime,
 )
 
+__all__ = ["build_algorithm", "check_runtime", "algorithm_of", "with_runtime", "apply_cohort",
+           "as_arrays"]
+
 
 def build_algorithm(loss_fn, *, correction: Correction = NONE, beta: float = 0.0,
                     delta_from: str = "global", server_optimizer=None, client_optimizer=None,

@@ -22,6 +22,10 @@ from typing import Any, NamedTuple, Protocol
 
 from fedinit_jax.types import Array, Params, PyTree
 
+__all__ = ["LocalContext", "ServerInput", "InitFn", "GradientFn", "FinalizeFn", "ServerUpdateFn",
+           "no_state", "keep_gradient", "keep_client_state", "fedavg_server", "ClientCorrection",
+           "ServerCorrection", "Correction", "NONE", "Composed", "compose"]
+
 
 class LocalContext(NamedTuple):
     """What a client's correction may read during local training.

@@ -13,6 +13,8 @@ import jax
 
 from fedinit_jax.types import FederatedAlgorithm
 
+__all__ = ["StateCosts", "state_costs"]
+
 
 class StateCosts(NamedTuple):
     """d: the model's parameters. client_vectors / server_vectors: model-sized vectors kept

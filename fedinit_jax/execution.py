@@ -19,6 +19,8 @@ from jax.sharding import Mesh, PartitionSpec
 
 from fedinit_jax.checks import check_choice, check_number
 
+__all__ = ["STRATEGIES", "resolve", "check_strategy", "client_mesh", "map_clients"]
+
 STRATEGIES = ("vmap", "sequential", "chunked")
 
 

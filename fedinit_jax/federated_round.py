@@ -70,6 +70,13 @@ from fedinit_jax import local, tree
 from fedinit_jax.correction import LocalContext, ServerInput
 from fedinit_jax.types import Array, Cohort, FedState, RoundInput, RoundSpec, Runtime  # noqa: F401 (Cohort, RoundSpec: where they were)
 
+__all__ = ["DELTA_FROM", "COPY_WARNING_BYTES", "FIRST_VISIT", "RI_OFFSETS", "RI_MAX_GAIN",
+           "CLIENT_STATE_DTYPES", "to_storage", "from_storage", "init_state",
+           "initial_offset_row", "relaxed_start", "stored_offset", "momentum_decay",
+           "next_momentum", "offset_reference", "Slots", "slots", "local_rules", "ClientInput",
+           "client_update", "skip_client", "train_clients", "aggregate", "round_metrics",
+           "cohort_round", "federated_round", "divergence_all"]
+
 DELTA_FROM = ("global", "start")
 # init warns when undonated [C, ...] client tables exceed this: each round copies them
 COPY_WARNING_BYTES = 64 * 2**20

@@ -28,6 +28,9 @@ from jax import lax
 
 from fedinit_jax import tree
 
+__all__ = ["local_optimizer", "Gradient", "plain_gradient", "ascent_step", "sam_gradient",
+           "local_update"]
+
 
 def local_optimizer(learning_rate, clip_norm: float | None, weight_decay: float | None,
                     client_optimizer=None):

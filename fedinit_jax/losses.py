@@ -33,6 +33,8 @@ from fedinit_jax.data import shakespeare
 from fedinit_jax.data.augment import augment as augment_images
 from fedinit_jax.data.augment import normalize
 
+__all__ = ["classification_loss", "make_evaluator", "next_character_loss", "make_text_evaluator"]
+
 
 def _in_batches(a, batch_size: int):
     """[n, ...] -> [ceil(n / batch_size), batch_size, ...] on the device, the last batch

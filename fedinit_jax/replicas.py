@@ -26,6 +26,8 @@ from fedinit_jax.builder import as_arrays
 from fedinit_jax.checks import check_beta, check_inputs, check_number, check_structure
 from fedinit_jax.types import FederatedAlgorithm, FedState, RoundInput
 
+__all__ = ["init", "make_apply", "check_round_input"]
+
 
 def init(algo: FederatedAlgorithm, params, num_clients: int, *, betas=None,
          num_replicas=None, params_per_replica: bool = False) -> FedState:

@@ -30,6 +30,10 @@ import re
 import jax.numpy as jnp
 import numpy as np
 
+__all__ = ["FORMAT", "StoreDamaged", "delta_name", "delta_rounds", "remove_temporaries",
+           "write_delta", "read_delta", "verify", "describe", "entries", "newest_first",
+           "remove_after"]
+
 FORMAT = 1
 _DELTA = re.compile(r"^delta-(\d+)\.npz$")
 _TEMPORARY = re.compile(r"^\.?delta-\d+\.(npz\.)?tmp")  # a write cut by a kill or a full disk

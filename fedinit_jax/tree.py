@@ -9,6 +9,9 @@ where w is the global model and w_i the client's last local model.
 import jax
 import jax.numpy as jnp
 
+__all__ = ["offset_init", "relaxed_init", "client_sum", "client_mean", "select", "gather",
+           "scatter", "stack", "per_client_sq_dist"]
+
 
 def _beside(w, rows, beta):
     """A leaf of w and beta shaped to broadcast against `rows` (with or without a leading

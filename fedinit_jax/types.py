@@ -14,6 +14,9 @@ from typing import Any, NamedTuple
 
 import jax
 
+__all__ = ["Array", "Params", "PyTree", "LossFn", "RoundInput", "FedState", "Costs", "Runtime",
+           "DEFAULT_RUNTIME", "RoundSpec", "Cohort", "FederatedAlgorithm"]
+
 Array = jax.Array
 Params = Any  # a pytree of arrays
 PyTree = Any

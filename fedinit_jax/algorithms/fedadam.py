@@ -17,6 +17,8 @@ from fedinit_jax.algorithms.options import shares_fedavg_options
 from fedinit_jax.checks import check_number
 from fedinit_jax.types import Costs
 
+__all__ = ["AdamNoBiasState", "scale_by_adam_no_bias_correction", "fedadam", "COSTS"]
+
 
 class AdamNoBiasState(NamedTuple):
     m: Any  # first moment, like params

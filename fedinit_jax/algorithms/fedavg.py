@@ -16,6 +16,8 @@ from fedinit_jax.checks import check_number
 from fedinit_jax.correction import NONE
 from fedinit_jax.types import DEFAULT_RUNTIME, Runtime
 
+__all__ = ["fedavg", "fedinit"]
+
 
 def fedavg(loss_fn, *, server_lr: float = 1.0, server_optimizer=None, client_optimizer=None,
            beta: float = 0.0, delta_from: str = "global", weight_decay: float | None = 1e-3,

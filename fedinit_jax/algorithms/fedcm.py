@@ -25,6 +25,8 @@ from fedinit_jax.checks import check_number
 from fedinit_jax.correction import ClientCorrection, Correction, ServerCorrection
 from fedinit_jax.types import Costs, Params
 
+__all__ = ["FedCMState", "COSTS", "correction", "fedcm"]
+
 
 class FedCMState(NamedTuple):
     d: Params  # the server direction sent down with w

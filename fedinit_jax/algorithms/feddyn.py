@@ -32,6 +32,8 @@ from fedinit_jax.correction import ClientCorrection, Correction, ServerCorrectio
 from fedinit_jax.tree import client_sum
 from fedinit_jax.types import Costs, Params
 
+__all__ = ["FedDynClientState", "FedDynState", "COSTS", "correction", "feddyn"]
+
 
 class FedDynClientState(NamedTuple):
     h: Params  # client i's accumulated local progress (the dual variable)

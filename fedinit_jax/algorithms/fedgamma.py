@@ -14,6 +14,8 @@ from fedinit_jax.algorithms.scaffold import COSTS as SCAFFOLD_COSTS
 from fedinit_jax.checks import check_number
 from fedinit_jax.correction import compose
 
+__all__ = ["fedgamma", "COSTS"]
+
 
 @shares_fedavg_options(fedavg)
 def fedgamma(loss_fn, *, rho: float = 0.01, **options):

@@ -15,6 +15,8 @@ from fedinit_jax.algorithms.options import shares_fedavg_options
 from fedinit_jax.checks import check_number
 from fedinit_jax.correction import ClientCorrection, Correction
 
+__all__ = ["correction", "fedprox"]
+
 
 def correction(mu: float) -> Correction:
     """FedProx's proximal gradient: -mu * w_i0 before clipping, mu * w_k after it."""

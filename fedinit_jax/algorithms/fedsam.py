@@ -14,6 +14,8 @@ from fedinit_jax.checks import check_number
 from fedinit_jax.correction import Correction
 from fedinit_jax.types import Costs
 
+__all__ = ["COSTS", "correction", "fedsam"]
+
 COSTS = Costs(client_work=("e",))
 
 

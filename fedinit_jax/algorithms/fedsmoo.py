@@ -28,6 +28,9 @@ from fedinit_jax.correction import ClientCorrection, Correction, ServerCorrectio
 from fedinit_jax.tree import client_mean
 from fedinit_jax.types import Costs, Params
 
+__all__ = ["SmooState", "SmooClientState", "smoo_gradient", "SMOO_COSTS", "correction", "fedsmoo",
+           "COSTS"]
+
 
 class SmooState(NamedTuple):
     s: Params  # the global perturbation sent down with w

@@ -16,6 +16,8 @@ from fedinit_jax.algorithms.options import shares_fedavg_options
 from fedinit_jax.checks import check_number
 from fedinit_jax.correction import compose
 
+__all__ = ["fedspeed", "COSTS"]
+
 
 @shares_fedavg_options(fedavg, server_step=False)
 def fedspeed(loss_fn, *, rho: float = 0.1, lam: float = 0.1, **options):

@@ -14,6 +14,8 @@ from fedinit_jax.algorithms.options import shares_fedavg_options
 from fedinit_jax.checks import check_number
 from fedinit_jax.correction import compose
 
+__all__ = ["mofedsam", "COSTS"]
+
 
 @shares_fedavg_options(fedavg)
 def mofedsam(loss_fn, *, rho: float = 0.1, alpha: float = 0.1, **options):

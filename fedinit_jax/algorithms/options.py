@@ -6,6 +6,8 @@ is refused naming the builder, the option and the ones it takes.
 import functools
 import inspect
 
+__all__ = ["SERVER_STEP", "shares_fedavg_options", "check_options"]
+
 # FedAvg's keyword arguments a builder never shares: the plug-in it is built from
 _INTERNAL = ("correction",)
 # a server that replaces w (the FedDyn family) takes no step: no step size, no optimizer, and

@@ -24,6 +24,8 @@ from fedinit_jax.correction import ClientCorrection, Correction, ServerCorrectio
 from fedinit_jax.tree import client_sum
 from fedinit_jax.types import Costs, Params
 
+__all__ = ["ScaffoldState", "ScaffoldClientState", "COSTS", "CORRECTION", "scaffold"]
+
 
 class ScaffoldState(NamedTuple):
     c: Params  # the server's control variate

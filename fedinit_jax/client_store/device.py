@@ -7,6 +7,8 @@ from fedinit_jax.client_store.rows import check_ids
 from fedinit_jax.federated_round import Cohort, divergence_all
 from fedinit_jax.types import FederatedAlgorithm
 
+__all__ = ["DeviceStore"]
+
 
 class DeviceStore:
     """The [C, ...] tables on the device (FedState's), gathered and scattered by jit."""

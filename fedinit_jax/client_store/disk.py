@@ -12,6 +12,8 @@ from fedinit_jax.client_store.rows import LazyStore, check_ids
 from fedinit_jax.federated_round import Cohort
 from fedinit_jax.types import FederatedAlgorithm
 
+__all__ = ["PRESENCE_CHUNK", "DiskStore"]
+
 PRESENCE_CHUNK = 1024  # clients per chunk of the disk store's presence array
 
 

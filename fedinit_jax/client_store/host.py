@@ -4,6 +4,8 @@ import numpy as np
 from fedinit_jax.client_store.rows import LazyStore
 from fedinit_jax.types import FederatedAlgorithm
 
+__all__ = ["HostStore"]
+
 
 class HostStore(LazyStore):
     """Rows in host memory (numpy), created when a client is first sampled. On GPU/TPU a

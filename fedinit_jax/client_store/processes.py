@@ -8,6 +8,8 @@ from fedinit_jax import execution
 from fedinit_jax.builder import apply_cohort
 from fedinit_jax.client_store.disk import DiskStore
 
+__all__ = ["run_round_processes"]
+
 
 def run_round_processes(algo, state, client_rows, round_input, key, ids, real, read):
     """run_round when the cohort's slots are split over several processes' devices."""

@@ -13,6 +13,8 @@ from fedinit_jax import row_deltas
 from fedinit_jax.federated_round import Cohort, initial_offset_row, to_storage
 from fedinit_jax.types import FederatedAlgorithm
 
+__all__ = ["CHUNK_ROWS", "initial_row", "Layout", "check_ids", "LazyStore"]
+
 CHUNK_ROWS = 4096  # rows streamed at once by divergence_all
 
 

@@ -11,6 +11,8 @@ gives each client and step its own key). Evaluation uses `normalize` only.
 import jax
 import jax.numpy as jnp
 
+__all__ = ["PAD", "normalize", "augment"]
+
 PAD = 4
 
 

@@ -17,6 +17,8 @@ import numpy as np
 
 from fedinit_jax.checks import require
 
+__all__ = ["load_digits"]
+
 
 def _digits_table():
     """(pixels float [1797, 64] in 0..16, labels int [1797]) as scikit-learn's load_digits."""

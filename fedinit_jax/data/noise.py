@@ -14,6 +14,8 @@ partition's randomness.
 """
 import numpy as np
 
+__all__ = ["apply_noises"]
+
 
 def _check_scale(name, value):
     if not np.isfinite(value) or value < 0:

@@ -35,6 +35,10 @@ import math
 
 import numpy as np
 
+__all__ = ["PARTICIPATION_MODES", "BERNOULLI_DRAWS", "TAIL", "sample_clients", "MIN_NONEMPTY",
+           "MAX_DRAWS", "nonempty_probability", "sample_bernoulli", "binomial_tail",
+           "bernoulli_bound", "spread", "pad"]
+
 PARTICIPATION_MODES = ("fixed", "bernoulli")
 BERNOULLI_DRAWS = ("per_client", "count")  # how a Bernoulli S is drawn (module doc)
 TAIL = 1e-6  # the probability per round that |S| exceeds the static bound

@@ -14,6 +14,8 @@ Every client gets exactly S = n // C samples (the remainder n - C*S is left out)
 """
 import numpy as np
 
+__all__ = ["iid", "dirichlet", "pathological", "Summary", "summarize"]
+
 
 def _check(labels, num_clients):
     labels = np.asarray(labels)

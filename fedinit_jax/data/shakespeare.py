@@ -36,6 +36,10 @@ import numpy as np
 
 from fedinit_jax.data.shards import cycled_order
 
+__all__ = ["CHARS", "OOV", "VOCAB_SIZE", "SEQUENCE_LENGTH", "POEMS", "encode", "decode",
+           "parse_play", "Client", "build_clients", "to_sequences", "read_plays", "TextClients",
+           "pack", "load", "bucket_steps", "round_batches", "max_local_steps", "statistics"]
+
 CHARS = string.ascii_letters + string.digits + " !\"#$%&'()*,-./:;?@[]_\n\r"  # TFF's 86
 PAD, BOS, EOS = 0, 1, 2
 OOV = 3 + len(CHARS)

@@ -14,6 +14,8 @@ import numpy as np
 
 from fedinit_jax.data.noise import apply_noises
 
+__all__ = ["ClientShards", "build_shards", "steps_per_epoch", "cycled_order", "round_batches"]
+
 
 class ClientShards(NamedTuple):
     images: np.ndarray  # [C, S, H, W, ch] uint8

@@ -16,6 +16,8 @@ import numpy as np
 
 from fedinit_jax.checks import require
 
+__all__ = ["DEFAULT_CACHE", "load", "check_split"]
+
 DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "fedinit_jax")
 
 

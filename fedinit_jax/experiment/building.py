@@ -14,6 +14,9 @@ from fedinit_jax.experiment.config import fail
 from fedinit_jax.experiment.planning import Plan, plan
 from fedinit_jax.types import FederatedAlgorithm, RoundInput
 
+__all__ = ["Experiment", "build", "round_input", "masked", "first_round_input",
+           "check_compiled_round"]
+
 
 class Experiment(NamedTuple):
     round_batches: Callable  # (client ids, rng) -> (batches [N, K, B, ...], step_mask or None)

@@ -17,6 +17,8 @@ import orbax.checkpoint as ocp
 
 from fedinit_jax.experiment.workdir import WorkdirError
 
+__all__ = ["Checkpointer", "checkpoint_rounds", "saved_config"]
+
 # FedState fields added after checkpoints existed, saved only when they hold something, so that
 # a checkpoint written before them restores (and one written now restores with an older layout)
 _ADDED_WHEN_USED = ("ri_momentum",)

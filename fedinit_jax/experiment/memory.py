@@ -6,6 +6,9 @@ import jax
 from fedinit_jax import checks, costs
 from fedinit_jax.experiment import tasks
 
+__all__ = ["check_client_arrays", "available_memory", "host_memory", "check_memory",
+           "check_cohort_memory", "check_round_input_size", "round_memory"]
+
 
 def _fail(field, value, allowed):
     checks.fail(f"config.{field}", value, allowed)

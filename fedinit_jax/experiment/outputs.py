@@ -11,6 +11,9 @@ from fedinit_jax.experiment import workdir as workdir_lib
 from fedinit_jax.experiment.resume import rounds_done
 from fedinit_jax.experiment.workdir import WorkdirError, WriteError
 
+__all__ = ["Outputs", "progress_bar", "save", "write_run_info", "start_line", "log_summary",
+           "summary_line", "state_memory_line", "line"]
+
 
 class Outputs:
     """Process 0's per-round outputs: metrics.jsonl (rewritten to the resumed rows first),

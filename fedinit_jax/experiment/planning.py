@@ -16,6 +16,8 @@ from fedinit_jax.experiment.config import (
 )
 from fedinit_jax.types import Runtime
 
+__all__ = ["Plan", "plan", "client_slots", "runtime", "num_devices"]
+
 
 class Plan(NamedTuple):
     """A config resolved once, before any data (plan(config)): what the build, its memory

@@ -5,6 +5,8 @@ import numpy as np
 from fedinit_jax.data import shakespeare
 from fedinit_jax.data.partition import Summary
 
+__all__ = ["save_heatmap", "save_histogram"]
+
 
 def save_heatmap(summary: Summary, path: str, title: str = "") -> str:
     """A PNG heatmap of the per-client class histogram (clients x classes)."""

@@ -12,6 +12,9 @@ from fedinit_jax.experiment import checkpoint as checkpoint_lib
 from fedinit_jax.experiment import workdir as workdir_lib
 from fedinit_jax.experiment.workdir import WorkdirError, read_metrics
 
+__all__ = ["RESUMABLE_CHANGES", "EVALUATION_ONLY", "prepare_workdir", "rounds_done",
+           "finished_rounds", "rows_up_to", "make_workdir", "resume", "recorded_store"]
+
 RESUMABLE_CHANGES = ("rounds",)  # fields that may differ when a run is resumed (extended)
 EVALUATION_ONLY = ("eval_seconds", "divergence_all")  # besides test_*: evaluation rounds
 

@@ -48,6 +48,10 @@ from fedinit_jax.experiment.stopping import (  # noqa: F401 (API)
 from fedinit_jax.experiment.workdir import WorkdirBusy, WorkdirError, WriteError, read_metrics  # noqa: F401 (API)
 from fedinit_jax.federated_round import divergence_all, offset_reference
 
+__all__ = ["run", "REQUEUE_EXIT", "NonFiniteError", "Stopped", "StopRequest", "WorkdirBusy",
+           "WorkdirError", "WriteError", "finished_rounds", "make_workdir", "prepare_workdir",
+           "read_metrics", "recorded_store", "resume", "runaway"]
+
 
 def _no_fault(point: str, rounds_done: int) -> None:
     del point, rounds_done

@@ -14,6 +14,10 @@ import threading
 from fedinit_jax.experiment import distributed
 from fedinit_jax.experiment.workdir import WriteError
 
+__all__ = ["REQUEUE_EXIT", "RUNAWAY_FACTOR", "RUNAWAY_ROUNDS", "NonFiniteError", "Stopped",
+           "GRACE_VARIABLE", "MAX_GRACE_SECONDS", "stop_grace_seconds", "StopRequest", "runaway",
+           "ending"]
+
 REQUEUE_EXIT = os.EX_TEMPFAIL  # 75: stopped, rerun to continue (experiments/exit_codes.py)
 
 # A run whose train loss stays above RUNAWAY_FACTOR times its lowest so far for

@@ -33,6 +33,11 @@ import socket
 import threading
 import time
 
+__all__ = ["METRICS", "WorkdirError", "WorkdirBusy", "WriteError", "describe_write_error", "Lock",
+           "refuse_if_busy", "holder", "reporting", "atomic_write", "write_json", "read_json",
+           "read_metrics", "rewrite_metrics", "MetricsLog", "TRAIN_LOG", "EarlyLog", "TrainLog",
+           "ScalarLog"]
+
 METRICS = "metrics.jsonl"
 
 

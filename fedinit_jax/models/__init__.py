@@ -22,6 +22,9 @@ from fedinit_jax.models.mlp import MLP
 from fedinit_jax.models.resnet import ResNet18GN
 from fedinit_jax.models.vgg import VGG11Net
 
+__all__ = ["Model", "CONV_MODELS", "SEQUENCE_MODELS", "WIDTH_MODELS", "NAMES", "get",
+           "num_params", "forward_flops"]
+
 
 class Model(NamedTuple):
     init: Callable   # (key, input_shape [H, W, C] or [T]) -> params

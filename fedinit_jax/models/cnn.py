@@ -16,6 +16,8 @@ import jax.numpy as jnp
 from fedinit_jax.models.initializers import TORCH_DEFAULT
 from fedinit_jax.models.pool import max_pool_2x2
 
+__all__ = ["CNN"]
+
 
 class CNN(nn.Module):
     num_classes: int = 10

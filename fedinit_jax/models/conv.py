@@ -33,6 +33,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+__all__ = ["NHWC", "IMPLEMENTATIONS", "FAST_MIN_POSITIONS", "fast_conv", "im2col_conv",
+           "cpu_conv", "conv_fn"]
+
 NHWC = ("NHWC", "HWIO", "NHWC")
 IMPLEMENTATIONS = ("auto", "xla", "fast", "im2col")
 FAST_MIN_POSITIONS = 100  # cpu_conv: output positions (H x W) from which fast_conv is used

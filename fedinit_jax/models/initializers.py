@@ -6,5 +6,7 @@ Biases start at zero (PyTorch draws them uniformly; a documented difference).
 """
 import flax.linen as nn
 
+__all__ = ["TORCH_DEFAULT", "KAIMING_FAN_OUT"]
+
 TORCH_DEFAULT = nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
 KAIMING_FAN_OUT = nn.initializers.variance_scaling(2.0, "fan_out", "normal")

@@ -20,6 +20,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+__all__ = ["GATES", "lstm_layer", "cell_weights", "CharLSTM"]
+
 GATES = "ifgo"
 
 

@@ -7,6 +7,8 @@ import flax.linen as nn
 
 from fedinit_jax.models.initializers import TORCH_DEFAULT
 
+__all__ = ["MLP"]
+
 
 class MLP(nn.Module):
     num_classes: int = 10

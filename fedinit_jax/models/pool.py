@@ -7,6 +7,8 @@ equal maxima the gradient is shared between them (after a ReLU these are zeros, 
 gradient the ReLU blocks anyway).
 """
 
+__all__ = ["max_pool_2x2"]
+
 
 def max_pool_2x2(x):
     """[B, H, W, C] -> [B, H // 2, W // 2, C], the max of each 2x2 window."""

@@ -13,6 +13,8 @@ import jax.numpy as jnp
 
 from fedinit_jax.models.initializers import KAIMING_FAN_OUT, TORCH_DEFAULT
 
+__all__ = ["BasicBlock", "ResNet18GN"]
+
 
 def _conv(conv, features, kernel, stride=1, padding=0):
     return nn.Conv(features, (kernel, kernel), strides=(stride, stride),

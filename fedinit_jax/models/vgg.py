@@ -13,6 +13,8 @@ import flax.linen as nn
 from fedinit_jax.models.initializers import KAIMING_FAN_OUT, TORCH_DEFAULT
 from fedinit_jax.models.pool import max_pool_2x2
 
+__all__ = ["VGG11", "VGG11Net"]
+
 VGG11 = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
 
 

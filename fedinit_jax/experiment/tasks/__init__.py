@@ -22,6 +22,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+__all__ = ["Task", "AbstractRound", "Family", "REGISTRY", "register", "family", "field_defaults",
+           "own_fields"]
+
 
 class Task(NamedTuple):
     """A built federated task: what experiment.build needs besides the algorithm.

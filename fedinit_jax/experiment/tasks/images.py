@@ -7,6 +7,9 @@ import numpy as np
 from fedinit_jax import checks, data, losses, models
 from fedinit_jax.experiment.tasks import AbstractRound, Family, Task
 
+__all__ = ["EMBEDDED", "CHANNEL_STATS", "SHAPES", "load_split", "partition", "model", "steps",
+           "build", "check", "abstract", "channel_stats", "FAMILY"]
+
 EMBEDDED = {"digits": data.load_digits}
 # per-channel statistics used to normalise (from the training splits)
 CHANNEL_STATS = {

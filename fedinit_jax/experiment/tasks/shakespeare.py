@@ -13,6 +13,8 @@ from fedinit_jax.data import shakespeare
 from fedinit_jax.experiment import fetch
 from fedinit_jax.experiment.tasks import AbstractRound, Family, Task
 
+__all__ = ["TEXT_FILES_IN_SDIST", "load", "build", "IMAGE_FIELDS", "check", "abstract", "FAMILY"]
+
 
 def _fail(field, value, allowed):
     checks.fail(f"config.{field}", value, allowed)

@@ -18,6 +18,9 @@ import optax
 from fedinit_jax import checks, data, models
 from fedinit_jax.experiment.tasks import AbstractRound, Family, Task, own_fields
 
+__all__ = ["TEST_CLIENTS", "MODELS", "client_data", "steps", "loss_and_accuracy", "build",
+           "check", "abstract", "FAMILY"]
+
 FEATURES, CLASSES, PER_CLIENT, TRAIN = 60, 10, 100, 80
 TEST_CLIENTS = 500
 MODELS = ("linear", "mlp")

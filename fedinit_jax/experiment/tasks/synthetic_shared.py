@@ -38,6 +38,9 @@ from fedinit_jax.experiment.tasks.synthetic import (
     TRAIN,
 )
 
+__all__ = ["shared_model", "client_data", "sampled_test_clients", "build", "check", "abstract",
+           "FAMILY"]
+
 
 def shared_model(seed: int):
     """(W^0 [10, 60], b^0 [10]) of the federation made from `seed`."""
