@@ -1,59 +1,29 @@
 """The federated round: relaxed initialization, local training on the sampled clients,
-aggregation. One pure function, jit-compiled once per run.
+aggregation. One pure function, jit-compiled once per run (paper Algorithm 1 with an
+algorithm's Correction plugged in; docs/algorithms.md gives the maths and its departures):
 
-Paper Algorithm 1 with an algorithm's Correction plugged in (docs/algorithms.md):
-
-    w_i0    = w + beta * (w - w_i)                         (RI; beta = 0 is FedAvg)
+    w_i0    = w + beta * o_i,  o_i = w - w_i               (RI; beta = 0 is FedAvg; ri_offset
+                                                            chooses o_i, first_visit a new
+                                                            client's)
     w_iK    = local_update(w_i0)                           (K corrected SGD steps)
-    p_i     = w_iK - w_i0                                  (local progress: every correction
-                                                            state, c_i, h_i, d, mu_i, is
-                                                            built from it, as the authors do)
-    delta_i = w_iK - w      (delta_from="global", paper Algorithm 1 line 16, default)
+    p_i     = w_iK - w_i0                                  (every correction state is built
+                                                            from it, as the authors do)
+    delta_i = w_iK - w      (delta_from="global", Algorithm 1 line 16, default)
     delta_i = w_iK - w_i0   (delta_from="start", the authors' code)
-    w      <- w + server_opt(mean_S(delta_i))              (sgd(eta_g): w + eta_g * mean delta)
+    w      <- w + server_opt(mean_S(delta_i))              (FedDyn-type servers replace w)
     w_i    <- w_iK for i in S only
 
-`delta_from` only decides how a FedAvg-type server moves w; FedDyn-type servers replace w by
-mean_S(w_iK) + mean_C(h_i) either way (their ServerCorrection.update). With beta = 0, p_i = delta_i
-and the two options are the same algorithm.
+S is the round input's client_ids, padded to a static N with masked slots when |S| varies
+(RoundInput.mask): a padded slot is skipped (by lax.cond one client at a time, by selection
+side by side: docs/performance.md), its id replaced by C, and every mean over S divides by
+the real |S|. Per-client state may be stored narrower (Runtime.client_state_dtype) and is
+computed with in float32. Metrics: train_loss and divergence = mean_S ||w_iK - w_new||^2;
+the paper's Delta^t reads every client: divergence_all, on evaluation rounds.
 
-First visit: Algorithm 1 starts every w_i at w^0, so a client sampled for the first time
-starts from w + beta (w - w^0) (first_visit="init", the default); first_visit="global"
-starts it from w (its offset is zero until it has a local model of its own), which
-FedState.client_visited (and a ClientStore's rows) records.
-
-With `global` and eta_g = 1 the RI offset compounds: w_new - w^0 = (1 + beta)(w - w^0)
-- beta mean_S(w_i - w^0) + mean_S p_i, and a client never sampled has w_i = w^0, so while most
-sampled clients are new, ||w - w^0|| grows by about (1 + beta) a round. With 10 of 100
-clients a round that phase is short; with 10 of the 1,108 Shakespeare roles it lasted past
-round 70, and FedInit (beta 0.1) diverged there (docs/shakespeare.md). `start` has no such term,
-and first_visit="global" removes it for the clients never sampled.
-
-Participation: S is the round input's client_ids. A round whose |S| varies (the authors'
-Bernoulli sampling) pads S to a static N with masked slots (RoundInput.mask): a padded slot
-is skipped, its id is replaced by C so that gathers read a real row and scatters drop it,
-and every mean over S divides by the real |S|. How a slot (or a masked local step) is
-skipped depends on the execution: one client at a time (sequential) skips it with lax.cond
-and pays nothing; clients side by side (vmap, chunked) train every slot and select the
-old values with jnp.where. Under vmap a cond would run both branches and select anyway, and
-JAX cannot batch a cond whose predicate varies over a shard_map axis ("Primitive mul
-requires varying manual axes to match", jax 0.10), so the selection is written out: the
-same numbers on 1 device, and the only form that runs on several.
-
-Per-client state (w_i and the correction's client states, C x d each) may be stored in a
-narrower float (client_state_dtype="bfloat16": half the memory of float32) when it does not fit
-on the device; it is widened to float32 when read and rounded when written, so w_i is
-bf16(w_iK) and everything else is computed in float32.
-
-Metrics: train_loss (mean local loss) and divergence = mean_S ||w_iK - w_new||^2 (the
-authors' code). The paper's Delta^t = (1/C) sum_C ||w_i - w||^2 reads every client, so it is
-no round metric: divergence_all(client_params, w), which the binaries take on evaluation
-rounds.
-
-The round is cohort_round on the sampled clients' rows (Cohort): federated_round gathers
-them from FedState's [C, ...] tables and scatters the new ones back; a ClientStore
-(fedinit_jax/client_store/) does the same from host memory or disk. Nothing in a round reads another
-client's state, so its cost is the cohort's, not the federation's.
+The round is cohort_round on the sampled clients' rows (Cohort): federated_round gathers them
+from FedState's [C, ...] tables and scatters them back; a ClientStore
+(fedinit_jax/client_store/) does the same from host memory or disk, so a round costs its
+cohort, not the federation.
 """
 import functools
 import warnings
@@ -63,7 +33,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax import lax
 
 from fedinit_jax import execution as strategies
 from fedinit_jax import local, tree
@@ -313,9 +282,7 @@ def train_clients(spec: RoundSpec, runtime: Runtime, state: FedState, cohort: "C
     def one_client(client: ClientInput):
         if client.real is None:  # no padded slot in this round (static)
             return train(client)
-        if batched:
-            return tree.select(client.real, train(client), skip_client(client))
-        return lax.cond(client.real, train, skip_client, client)
+        return tree.run_or_keep(client.real, train, skip_client, client, not batched)
 
     results = strategies.map_clients(one_client, clients, runtime.execution,
                                      runtime.chunk_size,

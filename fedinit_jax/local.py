@@ -125,14 +125,11 @@ def local_update(gradient: Gradient, correct, w_start, batches, key, learning_ra
         batch, step_key, real = xs
         if real is None:
             return take_step(state, batch, step_key)
-        if not skip_by_cond:
-            new, loss = take_step(state, batch, step_key)
-            return tree.select(real, new, state), jnp.where(real, loss, 0.0)
         # the skipped step's loss: zeros_like of the client's own w, so that under shard_map
         # it varies over the client mesh as the taken step's loss does
         no_loss = jnp.zeros_like(jax.tree.leaves(state[0])[0], jnp.float32, shape=())
-        return lax.cond(real, lambda s: take_step(s, batch, step_key),
-                        lambda s: (s, no_loss), state)
+        return tree.run_or_keep(real, lambda s: take_step(s, batch, step_key),
+                                lambda s: (s, no_loss), state, skip_by_cond)
 
     init = (w_start, opt.init(w_start), gradient.init(ctx))
     (w_end, _, carry), losses = lax.scan(step, init, (batches, step_keys, step_mask))

@@ -8,8 +8,10 @@ where w is the global model and w_i the client's last local model.
 """
 import jax
 import jax.numpy as jnp
+import optax
+from jax import lax
 
-__all__ = ["offset_init", "relaxed_init", "client_sum", "client_mean", "select", "gather",
+__all__ = ["offset_init", "relaxed_init", "client_sum", "client_mean", "run_or_keep", "gather",
            "scatter", "stack", "per_client_sq_dist"]
 
 
@@ -68,10 +70,14 @@ def client_mean(tree, weights=None):
     return jax.tree.map(lambda x: x / count.astype(x.dtype), client_sum(tree, weights))
 
 
-def select(condition, on_true, on_false):
-    """on_true where the scalar `condition` holds, else on_false, leaf by leaf (both
-    evaluated: the batched form of lax.cond)."""
-    return jax.tree.map(lambda a, b: jnp.where(condition, a, b), on_true, on_false)
+def run_or_keep(real, run, keep, operand, by_cond: bool):
+    """run(operand) where the scalar bool `real` holds, else keep(operand): a padded slot or a
+    masked local step skipped. by_cond: lax.cond (the branch not taken costs nothing; one
+    client at a time); else both computed and one selected (optax.tree.where), the only form
+    that batches under vmap and shard_map (docs/performance.md)."""
+    if by_cond:
+        return lax.cond(real, run, keep, operand)
+    return optax.tree.where(real, run(operand), keep(operand))
 
 
 def gather(stacked, ids):
