@@ -112,7 +112,7 @@ def figure(groups, path, title):
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
     palette = plt.get_cmap("tab10")
     for k, (name, runs) in enumerate(groups.items()):
-        for ax, (field, label, scale, log) in zip(axes, panels):
+        for ax, (field, _, scale, log) in zip(axes, panels):
             curves = [dict(zip(*R.curve(run, field))) for _, run, _ in runs]
             rounds = sorted(set.intersection(*(set(c) for c in curves)))
             if not rounds:
