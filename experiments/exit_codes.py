@@ -4,7 +4,7 @@ A batch scheduler can act on them: requeue on REQUEUE (SLURM: the recipe's
 `scontrol requeue`; Kubernetes: a podFailurePolicy rule `onExitCodes: {operator: In,
 values: [75]}, action: Ignore`), report the others as they are.
 
-Imports nothing but os: experiments/early_stop.py uses it before anything else is loaded.
+Imports nothing but os: experiments/loading_signals.py uses it before anything else is loaded.
 """
 import os
 
@@ -17,8 +17,4 @@ PEER_LOST = 5     # a process of a multi-process run never joined, or died
 ELSEWHERE = 6     # sweep: cells are running in another process (--nowait, --list)
 REQUEUE = os.EX_TEMPFAIL  # 75: stopped by SIGTERM / SIGINT after a checkpoint (or before
                           # any work), or (sweep) cells unfinished: rerun to continue
-SECOND_SIGNAL = 128  # + N: a second signal N ended the process at once (last checkpoint kept)
-
-MEANING = {DONE: "done", CELL_FAILED: "a cell failed", BAD_INPUT: "bad input",
-           DIVERGED: "diverged", WRITE_FAILED: "a write failed", PEER_LOST: "a peer was lost",
-           ELSEWHERE: "cells running elsewhere", REQUEUE: "stopped, rerun to continue"}
+# 128 + N: a second signal N ended the process at once (the last checkpoint kept)

@@ -41,7 +41,7 @@ why), 1 a cell failed, 75 stopped by SIGTERM / SIGINT (the running cells checkpo
 first) or (--list) cells unfinished or not started, 6 cells running elsewhere (--nowait;
 --list), 3 a cell diverged, 0 every cell done; 128 + N at a second signal N.
 """
-from experiments import early_stop  # noqa: F401, I001 (first: a signal while loading)
+from experiments import loading_signals  # noqa: F401, I001 (first: a signal while loading)
 
 import datetime
 import hashlib

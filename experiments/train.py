@@ -9,7 +9,7 @@ with 5 (experiments/supervise.py), SIGTERM / SIGINT with 75 after a checkpoint (
 continue): experiments/exit_codes.py lists them all. Every line also goes to
 <workdir>/train.log; the last one is the run's summary.
 """
-from experiments import early_stop  # noqa: F401, I001 (first: a signal while loading)
+from experiments import loading_signals  # noqa: F401, I001 (first: a signal while loading)
 
 import os
 import signal

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from fedinit_jax import execution as strategies
+from fedinit_jax import execution
 from fedinit_jax.checks import check_beta, check_choice, check_number, check_static
 from fedinit_jax.correction import NONE, Correction
 from fedinit_jax.federated_round import (
@@ -86,12 +86,12 @@ def check_runtime(runtime: Runtime) -> None:
     """ValueError naming the field when a Runtime cannot run here."""
     if not isinstance(runtime, Runtime):
         raise ValueError(f"runtime must be a fedinit_jax.Runtime, got {type(runtime)}")
-    strategies.check_strategy(runtime.execution, runtime.chunk_size)
+    execution.check_strategy(runtime.execution, runtime.chunk_size)
     if not isinstance(runtime.donate_state, bool):
         raise ValueError(f"donate_state={runtime.donate_state!r}: must be True or False")
     if runtime.client_state_dtype is not None:  # None: the parameters' own dtype
         check_choice("client_state_dtype", runtime.client_state_dtype, CLIENT_STATE_DTYPES)
-    strategies.client_mesh(runtime.num_devices)  # ValueError for a count not here
+    execution.client_mesh(runtime.num_devices)  # ValueError for a count not here
 
 
 def algorithm_of(spec: RoundSpec, runtime: Runtime, beta: float = 0.0) -> FederatedAlgorithm:
@@ -99,7 +99,7 @@ def algorithm_of(spec: RoundSpec, runtime: Runtime, beta: float = 0.0) -> Federa
     jitted round as apply, lower (the round lowered ahead of time) and apply_cohort (the round
     on a cohort's rows)."""
     check_runtime(runtime)
-    mesh = strategies.client_mesh(runtime.num_devices)
+    mesh = execution.client_mesh(runtime.num_devices)
     donate = (0,) if runtime.donate_state else ()
     round_fn = functools.partial(federated_round, spec, runtime)
     replicated = None if mesh is None else NamedSharding(mesh, PartitionSpec())

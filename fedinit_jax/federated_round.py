@@ -34,8 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedinit_jax import execution as strategies
-from fedinit_jax import local, tree
+from fedinit_jax import execution, local, tree
 from fedinit_jax.correction import LocalContext, ServerInput
 from fedinit_jax.types import Array, Cohort, FedState, RoundInput, RoundSpec, Runtime  # noqa: F401 (Cohort, RoundSpec: where they were)
 
@@ -284,9 +283,9 @@ def train_clients(spec: RoundSpec, runtime: Runtime, state: FedState, cohort: "C
             return train(client)
         return tree.run_or_keep(client.real, train, skip_client, client, not batched)
 
-    results = strategies.map_clients(one_client, clients, runtime.execution,
+    results = execution.map_clients(one_client, clients, runtime.execution,
                                      runtime.chunk_size,
-                                     strategies.client_mesh(runtime.num_devices))
+                                     execution.client_mesh(runtime.num_devices))
     return (*results, old_clients)
 
 

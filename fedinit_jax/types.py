@@ -141,7 +141,7 @@ class RoundSpec(NamedTuple):
       weight decay and the step -eta_l (local.py).
     """
 
-    loss_fn: Callable
+    loss_fn: LossFn
     correction: Any  # fedinit_jax.correction.Correction
     delta_from: str
     server_optimizer: Any

@@ -8,8 +8,8 @@ import tempfile
 
 # XLA:CPU's backend optimisation level 0 in every process of the suite: the suite compiles
 # hundreds of small programs and runs each for milliseconds, so compiling is most of its time
-# (level 0 cut a cold run of test_conv, test_runtime_matrix and test_contract from 209 s to
-# 164 s). It changes no semantics: results agree to float rounding, as between any two
+# (benchmarks/RESULTS.md, "Test suite"). It changes no semantics: results agree to float
+# rounding, as between any two
 # compilations that fuse differently; what users run is compiled at the default level.
 TEST_XLA_FLAGS = "--xla_backend_optimization_level=0"
 

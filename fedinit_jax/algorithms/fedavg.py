@@ -35,7 +35,7 @@ def fedavg(loss_fn, *, server_lr: float = 1.0, server_optimizer=None, client_opt
       pseudo-gradient then holds the RI offset beta * mean_S(w - w_i), which is no descent
       direction, and such an optimizer accumulates it (Adam also normalises it to a full
       step per coordinate), so w drifts away from the clients' models round after round
-      (a 20-client run: train loss 1.38 -> 28.8). Use delta_from="start" (the authors' code:
+      (tests/test_algorithms.py shows it). Use delta_from="start" (the authors' code:
       the server sees only the local progress), or a stateless sgd(eta_g).
     client_optimizer: an optax transformation applied after clipping and weight decay, whose
       updates each local step scales by -eta_l (default: none, the paper's SGD; e.g.

@@ -1,7 +1,7 @@
 """2x2 / stride-2 max-pooling as a reshape and a max (same values as nn.max_pool).
 
 XLA:CPU computes nn.max_pool's gradient with select-and-scatter, slowly; the gradient of a
-reshape + max is a cheap mask (a faster CNN local step, benchmarks/RESULTS.md history). Odd
+reshape + max is a cheap mask (a faster CNN local step: benchmarks/RESULTS.md). Odd
 trailing rows/columns are dropped, as 'VALID' pooling does. Where a window holds several
 equal maxima the gradient is shared between them (after a ReLU these are zeros, whose
 gradient the ReLU blocks anyway).
