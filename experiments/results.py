@@ -206,3 +206,10 @@ def markdown(header, rows) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def method_order(name):
+    """A method name's place in tables and legends: its base algorithm's in the registry."""
+    order = [entry.display for entry in algorithms.REGISTRY.values()]  # the registry's order
+    head = name.split("+")[0].split("(")[0].split(" ")[0]
+    return (order.index(head) if head in order else len(order), name)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from experiments import results
-from experiments.report import curve_lines, report
+from experiments.figures import curve_lines
+from experiments.report import report
 
 
 def write_run(folder, algorithm, beta, seed, accuracies, seconds=1.0, rounds=None,
@@ -145,7 +146,7 @@ def test_no_runs_is_a_clear_error(tmp_path):
 def test_figure1_curves_keep_methods_and_epochs_apart(tmp_path):
     """Fig. 1(a): FedAvg and FedInit are separate curves over local epochs; Fig. 1(b): runs of
     different local epochs are separate curves over beta."""
-    from experiments.report import figure1_series
+    from experiments.figures import figure1_series
 
     for algorithm, beta, epochs, acc in (("fedavg", None, 1, 0.1), ("fedavg", None, 2, 0.2),
                                          ("fedinit", None, 1, 0.3), ("fedinit", None, 2, 0.4)):
