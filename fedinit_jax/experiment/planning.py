@@ -16,28 +16,67 @@ from fedinit_jax.experiment.config import (
 )
 from fedinit_jax.types import Runtime
 
-__all__ = ["Plan", "plan", "client_slots", "runtime", "num_devices"]
+__all__ = ["Schedule", "Sampling", "Plan", "plan", "client_slots", "runtime", "num_devices"]
+
+
+class Schedule(NamedTuple):
+    """When things happen in a run: its rounds, evaluations and checkpoints, its seed (every
+    round's randomness is derived from (seed, round): simulation.py) and local lr."""
+
+    rounds: int             # R, the rounds of the run
+    eval_every: int         # evaluate every this many rounds (and after the last)
+    checkpoint_every: int   # checkpoint every this many rounds (0: only at the end, a stop)
+    keep_checkpoints: int   # the newest checkpoints kept
+    seed: int
+    local_lr: float         # eta_l at round 0
+    local_lr_decay: float   # eta_l's decay per round: eta_l decay^t
+
+
+class Sampling(NamedTuple):
+    """Which clients a round samples: N of C uniformly (fixed) or each with probability p
+    (bernoulli), and the static client axis the round is compiled for."""
+
+    num_clients: int        # C
+    mode: str               # fixed | bernoulli
+    participation: float    # N / C, or p
+    draw: str               # how a Bernoulli S is drawn (data/participation.py)
+    client_slots: int       # N, the static client axis (Bernoulli: the bound on |S|)
+    expected_clients: int   # E|S|, round(participation * C)
 
 
 class Plan(NamedTuple):
     """A config resolved once, before any data (plan(config)): what the build, its memory
-    checks and the run loop receive instead of recomputing them from the config."""
+    checks and the run loop receive instead of recomputing them from the config; the
+    config itself is kept for what identifies the run (config.json, resume)."""
 
     config: dict            # checked(): resolved and validated
     family: Any             # the dataset's tasks.Family
     runtime: Runtime        # how the round runs: execution resolved, devices chosen
-    client_slots: int       # N, the static client axis (Bernoulli: the bound on |S|)
-    expected_clients: int   # E|S|, round(participation * C)
-    local_lr_decay: float   # eta_l's decay per round
+    schedule: Schedule
+    sampling: Sampling
     algorithm_kwargs: dict  # the algorithm builder's arguments
+
+    @property
+    def client_slots(self) -> int:
+        return self.sampling.client_slots
+
+    @property
+    def expected_clients(self) -> int:
+        return self.sampling.expected_clients
 
 
 def plan(config) -> Plan:
     """The Plan of a config: checked (checked), and what follows from it on this process's
     devices computed once (the runtime, the client slots)."""
     config = checked(config)
-    return Plan(config, tasks.family(config["dataset"]), runtime(config), client_slots(config),
-                expected_clients(config), local_lr_decay(config), algorithm_kwargs(config))
+    schedule = Schedule(config["rounds"], config["eval_every"], config["checkpoint_every"],
+                        config["keep_checkpoints"], config["seed"], config["local_lr"],
+                        local_lr_decay(config))
+    sampling = Sampling(config["num_clients"], config["participation_mode"],
+                        config["participation"], config["participation_draw"],
+                        client_slots(config), expected_clients(config))
+    return Plan(config, tasks.family(config["dataset"]), runtime(config), schedule, sampling,
+                algorithm_kwargs(config))
 
 
 def client_slots(config) -> int:

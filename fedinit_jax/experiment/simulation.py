@@ -58,6 +58,8 @@ def _no_fault(point: str, rounds_done: int) -> None:
 
 
 @jax.jit
+
+
 def _all_finite(tree):
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
 
@@ -128,7 +130,8 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop, done)
     failed_save = False
     try:
         if primary:
-            out = outputs.Outputs(workdir, rows, start, config["rounds"], log, progress)
+            out = outputs.Outputs(workdir, rows, start, exp.plan.schedule.rounds, log,
+                                  progress)
         _rounds(exp, config, state, clients, checkpointer, start, rows, out, primary, log,
                 fault, stop)
     except distributed.PeerLost:
@@ -164,21 +167,21 @@ def _set_up(exp, config, workdir, primary, log):
     log(f"client store: {exp.client_store} ({exp.store_reason})")
     clients = None  # the per-client rows, when a ClientStore holds them (not FedState)
     if exp.client_store == "device":
-        state = exp.algorithm.init(exp.init_params, num_clients=config["num_clients"])
-        log(outputs.state_memory_line(state, config["num_clients"]))
+        state = exp.algorithm.init(exp.init_params, num_clients=exp.plan.sampling.num_clients)
+        log(outputs.state_memory_line(state, exp.plan.sampling.num_clients))
     else:
         state = client_store.server_state(exp.algorithm, exp.init_params)
-        clients = _open_store(exp, config, workdir, primary)
+        clients = _open_store(exp, workdir, primary)
         log(f"per-client state: rows created when a client is first sampled, in "
             f"{getattr(clients, 'path', 'host memory')}; the cohort "
             "round compiles in the first round")
-    checkpointer = Checkpointer(workdir, keep=config["keep_checkpoints"], log=log)
+    checkpointer = Checkpointer(workdir, keep=exp.plan.schedule.keep_checkpoints, log=log)
     try:
         start, state, rows = resume(checkpointer, state, config, workdir, log)
         if clients is None:
             check_state(exp.algorithm, state)  # the restored state is this algorithm's
         else:  # the rows as they were after round `start` (process 0 rewrites them)
-            if primary and start < config["rounds"]:  # a finished run reads no row
+            if primary and start < exp.plan.schedule.rounds:  # a finished run reads no row
                 with workdir_lib.reporting(clients.folder):
                     clients.restore(start, checkpointer.client_rows(start) if start else None)
             distributed.barrier("the client rows are restored")
@@ -190,17 +193,17 @@ def _set_up(exp, config, workdir, primary, log):
 
 def _rounds(exp, config, state, clients, checkpointer, start, rows, out, primary, log, fault,
             stop):
-    """Rounds start+1..config.rounds: train, evaluate when due, write the row, stop on a
-    runaway loss, checkpoint when due, stop at a signal (on any process)."""
-    rounds = config["rounds"]
-    root_key = jax.random.fold_in(jax.random.key(config["seed"]), 1)
+    """Rounds start+1..R (the plan's schedule): train, evaluate when due, write the row, stop
+    on a runaway loss, checkpoint when due, stop at a signal (on any process)."""
+    schedule = exp.plan.schedule
+    rounds = schedule.rounds
+    root_key = jax.random.fold_in(jax.random.key(schedule.seed), 1)
     seen_steps = set()  # the masked-epoch round lengths K compiled so far
     for t in range(start, rounds):
         fault("round_start", t + 1)
         state, row = _train_round(exp, config, state, clients, t, root_key,
-                                  exp.plan.local_lr_decay, checkpointer.latest_round(),
-                                  log, seen_steps)
-        if (t + 1) % config["eval_every"] == 0 or t + 1 == rounds:
+                                  checkpointer.latest_round(), log, seen_steps)
+        if (t + 1) % schedule.eval_every == 0 or t + 1 == rounds:
             row.update(_evaluate(exp, state, clients))
             fault("eval", t + 1)
         rows.append(row)
@@ -214,7 +217,7 @@ def _rounds(exp, config, state, clients, checkpointer, start, rows, out, primary
                                  f"{'round ' + str(last) if last else 'none'}) and "
                                  "metrics.jsonl are kept.")
         stopping_now = distributed.any_process(stop.signum is not None)
-        if _checkpoint_due(config, t + 1, stopping_now):
+        if _checkpoint_due(schedule, t + 1, stopping_now):
             _checkpoint(checkpointer, t + 1, state, config, clients, primary, fault)
             stop.last_checkpoint = t + 1
             fault("checkpoint_saved", t + 1)
@@ -222,7 +225,7 @@ def _rounds(exp, config, state, clients, checkpointer, start, rows, out, primary
             raise Stopped(stop.signum or signal.SIGTERM, t + 1)  # (a finished run: done)
     if clients is not None:  # what a federation kept in a store cost this process
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-        log(f"client store: {clients.rows_held:,} of {config['num_clients']:,} clients "
+        log(f"client store: {clients.rows_held:,} of {exp.plan.sampling.num_clients:,} clients "
             f"hold a row; peak RSS {peak:,.0f} MiB")
 
 
@@ -257,44 +260,45 @@ def _checkpoint(checkpointer, rounds_done, state, config, clients, primary, faul
         clients.committed(rounds_done)
 
 
-def _checkpoint_due(config, rounds_done, stopping) -> bool:
+def _checkpoint_due(schedule, rounds_done, stopping) -> bool:
     """The checkpoint policy: every checkpoint_every rounds, after the last, and on a stop."""
-    every = config["checkpoint_every"]
-    return bool(every and rounds_done % every == 0) or rounds_done == config["rounds"] or stopping
+    every = schedule.checkpoint_every
+    return bool(every and rounds_done % every == 0) or rounds_done == schedule.rounds or stopping
 
 def _silent(_line):
     pass
 
-def _sample(exp, config, t, log):
+def _sample(plan, t, log):
     """Round t's (client ids, mask): mask None for fixed participation (unless its N clients
     are padded to a multiple of config.num_devices); for Bernoulli the sampled ids padded to
     the static bound (data/participation.py)."""
-    rng = np.random.default_rng([config["seed"], 1, t])
-    if config["participation_mode"] == "fixed":
-        ids = data.sample_clients(rng, config["num_clients"], exp.plan.expected_clients)
-        if ids.size == exp.plan.client_slots:
+    sampling = plan.sampling
+    rng = np.random.default_rng([plan.schedule.seed, 1, t])
+    if sampling.mode == "fixed":
+        ids = data.sample_clients(rng, sampling.num_clients, sampling.expected_clients)
+        if ids.size == sampling.client_slots:
             return ids, None
-        return data.pad(ids, exp.plan.client_slots)  # slots to a multiple of the devices
-    ids = data.sample_bernoulli(rng, config["num_clients"], config["participation"],
-                                config["participation_draw"])
-    if ids.size > exp.plan.client_slots:
+        return data.pad(ids, sampling.client_slots)  # slots to a multiple of the devices
+    ids = data.sample_bernoulli(rng, sampling.num_clients, sampling.participation,
+                                sampling.draw)
+    if ids.size > sampling.client_slots:
         log(f"round {t + 1}: {ids.size} clients sampled, more than the static bound "
-            f"{exp.plan.client_slots}; this round is padded further (one more compilation)")
-    return data.pad(ids, exp.plan.client_slots)
+            f"{sampling.client_slots}; this round is padded further (one more compilation)")
+    return data.pad(ids, sampling.client_slots)
 
-def _train_round(exp, config, state, clients, t, root_key, decay, last_checkpoint, log,
-                 seen_steps):
+def _train_round(exp, config, state, clients, t, root_key, last_checkpoint, log, seen_steps):
     """Round t (0-based): its inputs from (seed, t), the jitted round, the divergence guard."""
     t0 = time.perf_counter()
-    ids, mask = _sample(exp, config, t, log)
-    batches, step_mask = exp.round_batches(ids, np.random.default_rng([config["seed"], 2, t]))
+    schedule = exp.plan.schedule
+    ids, mask = _sample(exp.plan, t, log)
+    batches, step_mask = exp.round_batches(ids, np.random.default_rng([schedule.seed, 2, t]))
     devices = exp.algorithm.runtime.num_devices or 1
     if mask is not None and devices > 1:  # the real clients dealt evenly over the devices
         order = data.spread(int(mask.sum()), mask.size, devices)
         ids, mask, batches, step_mask = jax.tree.map(lambda a: a[order],
                                                      (ids, mask, batches, step_mask))
     _log_new_shape(step_mask, t, seen_steps, log)
-    lr = np.float32(config["local_lr"] * decay ** t)
+    lr = np.float32(schedule.local_lr * schedule.local_lr_decay ** t)
     round_input = experiment.round_input(config, exp.client_sizes, ids, mask, batches,
                                          step_mask, lr)
     key = jax.random.fold_in(root_key, t)
@@ -317,7 +321,7 @@ def _train_round(exp, config, state, clients, t, root_key, decay, last_checkpoin
                "is kept."))
     row = {"round": t + 1, **metrics, "local_lr": float(lr),
            "train_seconds": time.perf_counter() - t0}
-    if config["participation_mode"] == "bernoulli":
+    if exp.plan.sampling.mode == "bernoulli":
         row["clients"] = int(mask.sum())  # |S| of a Bernoulli round
     return new_state, row
 
@@ -333,7 +337,7 @@ def _log_new_shape(step_mask, t, seen, log):
             f"{int(step_mask.sum(axis=1).max())} rounded up to a power of two): a new round "
             "shape, compiled once")
 
-def _open_store(exp, config, workdir, primary):
+def _open_store(exp, workdir, primary):
     """The run's ClientStore (client_store.open_store), its record (deltas) attached in
     <workdir>/client_rows, where the disk store's arrays live too. In a multi-process run
     process 0 creates the store and alone keeps its record; the others open it after."""
@@ -342,7 +346,7 @@ def _open_store(exp, config, workdir, primary):
     def open_store():
         with workdir_lib.reporting(folder):
             return client_store.open_store(exp.client_store, exp.algorithm, exp.init_params,
-                                           config["num_clients"], folder)
+                                           exp.plan.sampling.num_clients, folder)
 
     clients = _attached(open_store(), folder) if primary else None  # first: created once
     distributed.barrier("the client store is created")  # every process, process 0 after it
