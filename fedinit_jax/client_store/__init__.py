@@ -1,5 +1,5 @@
 """Where the per-client state lives: a ClientStore gathers the cohort's rows before a round
-and scatters the new ones after; the round (builder.apply_cohort) reads and writes nothing
+and scatters the new ones after; the round (algo.apply_cohort) reads and writes nothing
 else, so it costs what its N sampled clients cost, whatever the federation's size C.
 
     store = client_store.HostStore(algo, params, num_clients=1_000_000)
@@ -33,7 +33,7 @@ from typing import Protocol, runtime_checkable
 import jax
 import numpy as np
 
-from fedinit_jax.builder import apply_cohort, as_arrays
+from fedinit_jax.builder import as_arrays
 from fedinit_jax.checks import check_inputs
 from fedinit_jax.client_store.device import DeviceStore
 from fedinit_jax.client_store.disk import DiskStore
@@ -122,8 +122,8 @@ def run_round(algo: FederatedAlgorithm, state: FedState, client_rows, round_inpu
     if jax.process_count() > 1:
         return run_round_processes(algo, state, client_rows, round_input, key, ids, real, read)
     cohort = client_rows.gather(read)
-    state, new_cohort, metrics = apply_cohort(algo, state, cohort, round_input, key,
-                                              client_rows.num_clients)
+    state, new_cohort, metrics = algo.apply_cohort(state, cohort, round_input, key,
+                                                   client_rows.num_clients)
     kept = np.flatnonzero(real)
     client_rows.scatter(ids[kept], jax.tree.map(lambda x: x[kept], new_cohort))
     return state, metrics
