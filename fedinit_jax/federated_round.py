@@ -159,8 +159,17 @@ def momentum_decay(beta, cohort_size: int, num_clients: int):
     not sampled in a given earlier round (uniform sampling of N of C), so that
     m^t = sum_{k >= 1} gamma^k (w^{t-k+1} - w^{t-k}) is the expected sum of w's steps since a
     returning client's visit (Algorithm 1's offset), capped at RI_MAX_GAIN / (RI_MAX_GAIN +
-    beta): the feedback gain beta gamma / (1 - gamma) of m^t stays at most RI_MAX_GAIN < 1."""
-    return jnp.minimum(1.0 - cohort_size / num_clients, RI_MAX_GAIN / (RI_MAX_GAIN + beta))
+    |beta|): the feedback gain |beta| gamma / (1 - gamma) of m^t stays at most RI_MAX_GAIN < 1.
+
+    Args:
+      beta: the state's RI coefficient (traced).
+      cohort_size: N, the round's client slots.
+      num_clients: C.
+    Returns:
+      gamma, a float32 scalar in [0, 1).
+    """
+    return jnp.minimum(1.0 - cohort_size / num_clients,
+                       RI_MAX_GAIN / (RI_MAX_GAIN + jnp.abs(beta)))
 
 
 def next_momentum(spec: RoundSpec, state: FedState, w_new, cohort_size: int, num_clients: int):

@@ -33,7 +33,7 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
     ri_offset: the RI offset o_i of w_i0 = w + beta o_i: "model" o_i = w - w_i (Algorithm 1);
     "next" o_i = w^{t+1} - w_iK kept from the client's last round t; "drift" o_i = w^t - w_iK;
     "momentum" o_i = (w^{t+1} - w_iK) + m, m <- gamma (m + w_new - w) after each round,
-    gamma = min(1 - |S|/C, 0.9 / (0.9 + beta)), m = 0 at first, added for new clients too;
+    gamma = min(1 - |S|/C, 0.9 / (0.9 + |beta|)), m = 0 at first, added for new clients too;
     an offset starts at 0 (a client never sampled starts from w). Returns "w_local" as the
     stored rows: w_i ("model") or o_i; divergence_all is (1/C) sum ||o_i||^2 under each.
     """
@@ -130,7 +130,7 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
         for n, i in enumerate(ids):
             w_local[i] = ends[n]
             offset[i] = (w_old if ri_offset == "drift" else w) - ends[n]
-        gamma = min(1.0 - len(ids) / num_clients, 0.9 / (0.9 + beta))
+        gamma = min(1.0 - len(ids) / num_clients, 0.9 / (0.9 + abs(beta)))
         ri_m = gamma * (ri_m + w - w_old)
         history.append({
             "train_loss": float(np.mean(losses)),

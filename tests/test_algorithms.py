@@ -350,7 +350,8 @@ def test_momentum_offset_decays_as_its_sampling_says_with_its_gain_below_one():
     from fedinit_jax.federated_round import RI_MAX_GAIN, momentum_decay
 
     for beta, n, c, want in ((0.1, 10, 100, 0.9), (0.3, 3, 5, 0.4), (0.1, 10, 1000, 0.9),
-                             (0.5, 10, 10**6, 0.9 / 1.4), (0.0, 10, 1000, 0.99)):
+                             (0.5, 10, 10**6, 0.9 / 1.4), (0.0, 10, 1000, 0.99),
+                             (-0.3, 10, 1000, 0.75)):
         gamma = float(momentum_decay(np.float32(beta), n, c))
         assert gamma == pytest.approx(want, rel=1e-6)
-        assert beta * gamma / (1 - gamma) <= RI_MAX_GAIN + 1e-6
+        assert abs(beta) * gamma / (1 - gamma) <= RI_MAX_GAIN + 1e-6
