@@ -97,21 +97,14 @@ def _cifar10(alpha: float):
 
 
 def _synthetic_shared():
-    c = default.get_config()
+    c = get_config("synthetic")
     c.dataset = "synthetic_shared"
-    c.model = "linear"
     c.task.synthetic_shared.alpha = 0.5   # how much a client's model differs from the shared one
     c.task.synthetic_shared.beta = 1.0    # how much the clients' inputs differ
-    c.num_clients = 100_000
-    c.participation = CLIENTS_PER_ROUND / 100_000
-    c.algorithm = "fedavg"
-    c.first_visit = "global"
-    c.local_lr = 0.05
-    c.batch_size = 10
-    c.local_epochs = 1              # 8 local steps of 10 of a client's 80 examples
+    c.num_clients = 100_000         # participation follows: 100 clients a round
+    c.client_store = "auto"
     c.num_devices = 1
     c.rounds = 300
-    c.eval_every = 10
     c.checkpoint_every = 50
     c.keep_checkpoints = 1
     return c
