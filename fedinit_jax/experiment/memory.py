@@ -13,6 +13,7 @@ __all__ = ["check_client_arrays", "available_memory", "host_memory", "check_memo
 def _fail(field, value, allowed):
     checks.fail(f"config.{field}", value, allowed)
 
+
 def check_client_arrays(config) -> None:
     """The host keeps C client sizes (int32) and a Bernoulli round with the per_client draw
     makes C uniforms (float64): refused naming num_clients when they cannot fit the host's

@@ -49,12 +49,14 @@ class Outputs:
             if output is not None:
                 output.close()
 
+
 def progress_bar(total, initial, enabled):
     if not enabled:
         return None
     from tqdm import tqdm
 
     return tqdm(total=total, initial=initial, unit="round", dynamic_ncols=True)
+
 
 def save(checkpointer, rounds_done, state, config, client_rows=None):
     """A checkpoint (with the client store's manifest, if any), or WriteError naming its
@@ -65,6 +67,7 @@ def save(checkpointer, rounds_done, state, config, client_rows=None):
     except Exception as err:  # noqa: BLE001 - disk full, quota, I/O errors, as orbax wraps them
         raise (distributed.peer_lost(err) or WriteError(
             workdir_lib.describe_write_error(checkpointer.directory, err))) from None
+
 
 def write_run_info(exp, config, workdir, log):
     """run_info.json: what the run ran on; a change of device count is recorded and warned."""
@@ -106,6 +109,7 @@ def write_run_info(exp, config, workdir, log):
         "num_processes": jax.process_count(),
         "costs": algorithms.REGISTRY[config["algorithm"]].costs._asdict()})
 
+
 def start_line(plan, workdir, recorded) -> str:
     """The run's first line: processes, devices, execution, client store, workdir."""
     config = plan.config
@@ -121,11 +125,13 @@ def start_line(plan, workdir, recorded) -> str:
             f"{config['algorithm']} on {config['dataset']}, {config['rounds']} rounds; "
             f"workdir {os.path.abspath(workdir)}")
 
+
 def log_summary(log, ending, done, config, seconds) -> None:
     try:
         log(summary_line(ending, done["rows"], done["start"], config["rounds"], seconds))
     except WriteError:
         pass  # the failure that ended the run is reported by the caller
+
 
 def summary_line(ending, rows, start, rounds, seconds) -> str:
     """A run's last line: how it ended, its rounds (those of this run), the final test
@@ -141,6 +147,7 @@ def summary_line(ending, rows, start, rounds, seconds) -> str:
         parts.append(f"train_loss {rows[-1]['train_loss']:.4f}")
     return "; ".join(parts + [f"{seconds:.1f} s"])
 
+
 def state_memory_line(state, num_clients):
     """The per-client state's size: C x (vectors per client) x d x bytes, and the total."""
     d = sum(int(x.size) for x in jax.tree.leaves(state.params))
@@ -153,6 +160,7 @@ def state_memory_line(state, num_clients):
     return (f"per-client state: C={num_clients} x {vectors} vectors x d={d:,} x {itemsize} "
             f"bytes ({leaves[0].dtype}) = {total / 2**30:.2f} GiB (global model "
             f"{4 * d / 2**20:.1f} MiB){hint}")
+
 
 def line(row):
     parts = [f"round {row['round']:4d}", f"train_loss {row['train_loss']:.4f}",

@@ -32,6 +32,7 @@ def prepare_workdir(workdir: str, config: dict) -> None:
                                f"use --config.rounds>={done} or a new workdir")
     workdir_lib.write_json(path, config)
 
+
 def rounds_done(workdir: str, config: dict) -> int:
     """Rounds a workdir already holds for `config` (0 if it holds none). WorkdirError when it
     holds rounds of another config (any field but `rounds`) by its config.json or by the
@@ -63,6 +64,7 @@ def rounds_done(workdir: str, config: dict) -> int:
                                "config to resume")
     return done
 
+
 def finished_rounds(workdir: str, config: dict) -> int:
     """The rounds that rerunning `config` in workdir would not recompute: all of them when
     its metrics cover config.rounds (finished, whatever its checkpoints hold: _resume), else
@@ -77,6 +79,7 @@ def finished_rounds(workdir: str, config: dict) -> int:
     rows_up_to(workdir, start)
     return start
 
+
 def rows_up_to(workdir, start):
     """Metrics rows 1..start; WorkdirError when any of them is missing (never a silent hole)."""
     rows = read_metrics(workdir, upto_round=start)
@@ -86,6 +89,7 @@ def rows_up_to(workdir, start):
             f"the checkpoint is after round {start}: rounds {len(rows) + 1}..{start} are "
             "missing; restore the file, or move checkpoints/ away to recompute every round")
     return rows
+
 
 def make_workdir(workdir: str) -> None:
     """Create the workdir and prove it is writable (ValueError naming it when not)."""
@@ -97,6 +101,7 @@ def make_workdir(workdir: str) -> None:
         os.remove(probe)
     except OSError as err:
         raise WorkdirError(f"workdir={workdir!r} is not writable: {err.strerror}") from None
+
 
 def resume(checkpointer, state, config, workdir, log):
     """(rounds done, state, metrics rows 1..rounds done) from the newest good checkpoint.
@@ -130,6 +135,7 @@ def resume(checkpointer, state, config, workdir, log):
         rows[-1] = {k: v for k, v in rows[-1].items()
                     if not k.startswith("test_") and k not in EVALUATION_ONLY}
     return start, state, rows
+
 
 def recorded_store(workdir):
     """The client store a run in workdir used (run_info.json; before the field existed: the

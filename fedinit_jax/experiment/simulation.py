@@ -63,6 +63,7 @@ def _no_fault(point: str, rounds_done: int) -> None:
 def _all_finite(tree):
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
 
+
 def run(plan, workdir: str, *, log=print, progress=None, fault=None) -> list[dict]:
     """Train (or resume) the experiment of `plan` (experiment.plan(config), or a config,
     planned here); returns all metrics rows.
@@ -120,6 +121,7 @@ def run(plan, workdir: str, *, log=print, progress=None, fault=None) -> list[dic
                 train_log.close()
             if lock is not None:
                 lock.release()
+
 
 def _run_locked(exp, config, workdir, primary, log, progress, fault, stop, done):
     """The run once its workdir is held: set up or resume, then the rounds."""
@@ -265,8 +267,10 @@ def _checkpoint_due(schedule, rounds_done, stopping) -> bool:
     every = schedule.checkpoint_every
     return bool(every and rounds_done % every == 0) or rounds_done == schedule.rounds or stopping
 
+
 def _silent(_line):
     pass
+
 
 def _sample(plan, t, log):
     """Round t's (client ids, mask): mask None for fixed participation (unless its N clients
@@ -285,6 +289,7 @@ def _sample(plan, t, log):
         log(f"round {t + 1}: {ids.size} clients sampled, more than the static bound "
             f"{sampling.client_slots}; this round is padded further (one more compilation)")
     return data.pad(ids, sampling.client_slots)
+
 
 def _train_round(exp, config, state, clients, t, root_key, last_checkpoint, log, seen_steps):
     """Round t (0-based): its inputs from (seed, t), the jitted round, the divergence guard."""
@@ -325,6 +330,7 @@ def _train_round(exp, config, state, clients, t, root_key, last_checkpoint, log,
         row["clients"] = int(mask.sum())  # |S| of a Bernoulli round
     return new_state, row
 
+
 def _log_new_shape(step_mask, t, seen, log):
     """Masked epochs pad a round to a bucket of its largest client (data/shakespeare.py): a
     K not in `seen` (this run's) compiles the round once more; say so."""
@@ -336,6 +342,7 @@ def _log_new_shape(step_mask, t, seen, log):
         log(f"round {t + 1}: K={k} local steps (the largest sampled client's "
             f"{int(step_mask.sum(axis=1).max())} rounded up to a power of two): a new round "
             "shape, compiled once")
+
 
 def _open_store(exp, workdir, primary):
     """The run's ClientStore (client_store.open_store), its record (deltas) attached in
@@ -351,6 +358,7 @@ def _open_store(exp, workdir, primary):
     clients = _attached(open_store(), folder) if primary else None  # first: created once
     distributed.barrier("the client store is created")  # every process, process 0 after it
     return clients or open_store()
+
 
 def _attached(clients, folder):
     with workdir_lib.reporting(folder):

@@ -31,6 +31,7 @@ class NonFiniteError(RuntimeError):
     """The run diverged: a round produced a non-finite loss or parameters, or its train loss
     ran away (runaway())."""
 
+
 class Stopped(RuntimeError):
     """SIGTERM / SIGINT arrived; the run stopped at a round boundary after a checkpoint."""
 
@@ -42,6 +43,7 @@ class Stopped(RuntimeError):
 
 GRACE_VARIABLE = "FEDINIT_STOP_GRACE_SECONDS"
 MAX_GRACE_SECONDS = 86400.0
+
 
 def stop_grace_seconds() -> float:
     """After SIGTERM/SIGINT, how long the round in progress may take before the process exits
@@ -58,6 +60,7 @@ def stop_grace_seconds() -> float:
         raise ValueError(f"{GRACE_VARIABLE}={text!r}: must be a number of seconds in "
                          f"(0, {MAX_GRACE_SECONDS:g}] (unset: 20)")
     return value
+
 
 class StopRequest:
     """Remembers SIGTERM/SIGINT instead of dying mid-round, so the run stops at the next round
@@ -113,6 +116,7 @@ class StopRequest:
         for sig, handler in self._old.items():
             signal.signal(sig, handler)
 
+
 def runaway(rows) -> str | None:
     """Why the run whose metrics rows are `rows` has diverged by its train loss, or None:
     each of its last RUNAWAY_ROUNDS rounds' train loss above RUNAWAY_FACTOR times the lowest
@@ -125,6 +129,7 @@ def runaway(rows) -> str | None:
     return (f"round {rows[-1]['round']}: train loss {losses[-1]:.4g} has stayed above "
             f"{RUNAWAY_FACTOR:g}x the run's lowest ({min(losses):.4g}) for {RUNAWAY_ROUNDS} "
             "rounds: the run diverged")
+
 
 def ending(err: BaseException) -> str:
     """How a run that raised `err` ended, in a few words (the summary line's)."""
