@@ -163,7 +163,7 @@ def momentum_decay(beta, cohort_size: int, num_clients: int):
 
     Args:
       beta: the state's RI coefficient (traced).
-      cohort_size: N, the round's client slots.
+      cohort_size: |S|, the round's real clients (its padded slots not counted).
       num_clients: C.
     Returns:
       gamma, a float32 scalar in [0, 1).
@@ -172,7 +172,7 @@ def momentum_decay(beta, cohort_size: int, num_clients: int):
                        RI_MAX_GAIN / (RI_MAX_GAIN + jnp.abs(beta)))
 
 
-def next_momentum(spec: RoundSpec, state: FedState, w_new, cohort_size: int, num_clients: int):
+def next_momentum(spec: RoundSpec, state: FedState, w_new, cohort_size, num_clients: int):
     """m^{t+1} = gamma (m^t + w^{t+1} - w^t) under ri_offset="momentum" (() otherwise)."""
     if spec.ri_offset != "momentum":
         return state.ri_momentum
@@ -349,7 +349,8 @@ def cohort_round(spec: RoundSpec, runtime: Runtime, state: FedState, cohort: Coh
     new_state = state._replace(
         params=w_new, server_opt_state=server_opt_state, server_state=server_state,
         rounds_done=state.rounds_done + 1,
-        ri_momentum=next_momentum(spec, state, w_new, counted.ids.shape[0], num_clients))
+        ri_momentum=next_momentum(spec, state, w_new, counted.ids.shape[0] if counted.mask is None
+                                  else jnp.sum(counted.mask), num_clients))
     new_cohort = Cohort(to_storage(runtime, stored_offset(spec, state.params, w_new, w_end)),
                         to_storage(runtime, new_clients),
                         jnp.ones_like(cohort.client_visited))

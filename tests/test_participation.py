@@ -12,6 +12,7 @@ from conftest import (
     QUIET,
     assert_matches,
     assert_states_match,
+    flat,
     linreg_loss,
     params_from,
     ri_options,
@@ -240,3 +241,22 @@ def test_bernoulli_run_through_the_loop_resumes_exactly(tmp_path):
     for a, b in zip(whole, split):
         for k in ("clients", "train_loss", "divergence", "divergence_all"):
             assert a.get(k) == b.get(k), (k, a["round"])
+
+
+def test_momentum_offset_counts_the_real_clients(varying_rounds, theta0):
+    """ri_offset="momentum" decays m^t by 1 - |S|/C of the real clients: padded rounds match
+    the reference, whatever the static bound."""
+    algo = with_runtime(algorithms.fedinit(linreg_loss, beta=0.1, ri_offset="momentum",
+                                           first_visit="global", clip_norm=None,
+                                           weight_decay=None), execution="sequential")
+    state, history = run_inputs(algo, theta0, padded(varying_rounds, 8, fill=0.0))
+    ref = simulate("fedavg", theta0, NUM_CLIENTS, varying_rounds, beta=0.1,
+                   ri_offset="momentum")
+    np.testing.assert_allclose(flat(state.params), ref["w"], rtol=1e-5, atol=1e-6)
+    rows = np.concatenate([np.asarray(state.client_params["w"]),
+                           np.asarray(state.client_params["b"])[:, None]], axis=1)
+    np.testing.assert_allclose(rows, ref["w_local"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(flat(state.ri_momentum), ref["ri_m"], rtol=1e-5, atol=1e-6)
+    for got, want in zip(history, ref["history"], strict=True):
+        for name in ("train_loss", "divergence"):
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6)
