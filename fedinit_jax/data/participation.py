@@ -35,13 +35,21 @@ import math
 
 import numpy as np
 
-__all__ = ["PARTICIPATION_MODES", "BERNOULLI_DRAWS", "TAIL", "sample_clients", "MIN_NONEMPTY",
+__all__ = ["PARTICIPATION_MODES", "BERNOULLI_DRAWS", "TAIL", "round_rng", "sample_clients",
+           "MIN_NONEMPTY",
            "MAX_DRAWS", "nonempty_probability", "sample_bernoulli", "binomial_tail",
            "bernoulli_bound", "spread", "pad"]
 
 PARTICIPATION_MODES = ("fixed", "bernoulli")
 BERNOULLI_DRAWS = ("per_client", "count")  # how a Bernoulli S is drawn (module doc)
 TAIL = 1e-6  # the probability per round that |S| exceeds the static bound
+
+
+def round_rng(seed: int, t: int) -> np.random.Generator:
+    """Round t's (0-based) client-sampling Generator of a run of `seed`: every draw of the
+    round's clients comes from it (experiment/simulation.py), so any code that needs to know
+    which clients a round samples (a task's test clients) draws the same."""
+    return np.random.default_rng([seed, 1, t])
 
 
 def sample_clients(rng: np.random.Generator, num_clients: int, per_round: int) -> np.ndarray:

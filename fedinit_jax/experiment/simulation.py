@@ -277,7 +277,7 @@ def _sample(plan, t, log):
     are padded to a multiple of config.num_devices); for Bernoulli the sampled ids padded to
     the static bound (data/participation.py)."""
     sampling = plan.sampling
-    rng = np.random.default_rng([plan.schedule.seed, 1, t])
+    rng = data.round_rng(plan.schedule.seed, t)
     if sampling.mode == "fixed":
         ids = data.sample_clients(rng, sampling.num_clients, sampling.expected_clients)
         if ids.size == sampling.client_slots:

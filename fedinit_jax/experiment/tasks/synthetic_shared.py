@@ -17,8 +17,8 @@ is measured against (a client's own model labels its data exactly).
 
 Two test sets of 20 held-out examples per client, both evaluated every time:
   test_accuracy / test_loss          500 clients of the federation sampled in its first
-                                     rounds (round t samples with np.random.default_rng([seed,
-                                     1, t]) as every run does), so every one has trained;
+                                     rounds (drawn as every run draws them:
+                                     data.round_rng), so every one has trained;
   test_accuracy_new / test_loss_new  500 clients outside the federation (ids C, ..., C + 499),
                                      never sampled.
 Each client's data is made from (seed, id) when it is needed: nothing of size C is built but
@@ -70,10 +70,12 @@ def _cohort(ids, config, shared):
 def sampled_test_clients(config) -> np.ndarray:
     """Up to 500 distinct clients sampled in the run's first rounds, in order of sampling
     (fixed participation: the ids of data.sample_clients under the run's round rng)."""
-    per_round = max(1, round(config["participation"] * config["num_clients"]))
+    from fedinit_jax.experiment.config import expected_clients  # config imports the tasks
+
+    per_round = expected_clients(config)
     seen, t = [], 0
     while len(seen) < min(TEST_CLIENTS, config["num_clients"]) and t < config["rounds"]:
-        rng = np.random.default_rng([config["seed"], 1, t])
+        rng = data.round_rng(config["seed"], t)
         seen.extend(int(i) for i in data.sample_clients(rng, config["num_clients"], per_round)
                     if i not in seen)
         t += 1
