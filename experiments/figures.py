@@ -109,7 +109,7 @@ def curve_lines(runs, unfinished):
             label = (f"{name} (n={len(chosen)})" if done else
                      f"{name}, unfinished (to round {max(len(r.rows) for r in chosen)})")
             for field, scale in (("test_accuracy", 100), ("train_loss", 1)):
-                rounds, values = _aligned_curves(chosen, field)
+                rounds, values = aligned_curves(chosen, field)
                 if len(rounds):
                     lines[s].append((field, label, done, rounds, scale * values))
     return lines
@@ -178,7 +178,7 @@ def _delta_tag(config):
     return " [start]" if config.get("delta_from") == "start" else ""
 
 
-def _aligned_curves(runs, field):
+def aligned_curves(runs, field):
     """(rounds every run has, [runs, rounds] values of the metric over them)."""
     from experiments import results as R
 
@@ -189,5 +189,5 @@ def _aligned_curves(runs, field):
 
 def _mean_curve(runs, field):
     """Mean over runs of a metric, over the rounds every one of them has."""
-    rounds, values = _aligned_curves(runs, field)
+    rounds, values = aligned_curves(runs, field)
     return rounds, values.mean(0)

@@ -23,6 +23,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from experiments import results as R  # noqa: E402
+from experiments.figures import aligned_curves  # noqa: E402
 
 ORDER = ("fedavg", "fedinit-model", "fedinit-model-init", "fedinit-start", "fedinit-next",
          "fedinit-drift", "fedinit-momentum", "scaffold", "scaffold-next", "scaffold-momentum")
@@ -113,11 +114,10 @@ def figure(groups, path, title):
     palette = plt.get_cmap("tab10")
     for k, (name, runs) in enumerate(groups.items()):
         for ax, (field, _, scale, log) in zip(axes, panels):
-            curves = [dict(zip(*R.curve(run, field))) for _, run, _ in runs]
-            rounds = sorted(set.intersection(*(set(c) for c in curves)))
-            if not rounds:
+            rounds, values = aligned_curves([run for _, run, _ in runs], field)
+            if not len(rounds):
                 continue
-            values = scale * np.array([[c[t] for t in rounds] for c in curves])
+            values = scale * values
             ax.plot(rounds, values.mean(0), color=palette(k % 10),
                     label=f"{name} (n={len(runs)})")
             if len(runs) >= 3:
