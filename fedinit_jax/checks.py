@@ -19,7 +19,7 @@ import numpy as np
 
 from fedinit_jax.types import FederatedAlgorithm, FedState, RoundInput
 
-__all__ = ["FLOAT32_MAX", "fail", "check_choice", "check_number", "require", "check_beta",
+__all__ = ["FLOAT32_MAX", "fail", "fail_config", "check_choice", "check_number", "require", "check_beta",
            "check_structure", "check_state", "check_round_input", "check_static", "check_inputs"]
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -27,6 +27,11 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 def fail(name: str, value, allowed: str):
     raise ValueError(f"{name}={value!r}: {allowed}")
+
+
+def fail_config(field: str, value, allowed: str):
+    """ValueError naming config.<field> (the binaries' --config.<field> flag)."""
+    fail(f"config.{field}", value, allowed)
 
 
 def check_choice(name: str, value, allowed) -> None:

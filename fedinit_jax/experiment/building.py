@@ -9,8 +9,8 @@ import jax
 import numpy as np
 
 from fedinit_jax import algorithms, costs
+from fedinit_jax.checks import fail_config
 from fedinit_jax.experiment import memory, tasks
-from fedinit_jax.experiment.config import fail
 from fedinit_jax.experiment.planning import Plan, plan
 from fedinit_jax.types import FederatedAlgorithm, RoundInput
 
@@ -43,9 +43,9 @@ def build(run_plan, client_store=None, log=None) -> Experiment:
     store = client_store if config["client_store"] == "auto" and client_store else (
         config["client_store"])
     if store == "host" and jax.process_count() > 1:
-        fail("client_store", store, "host memory is one process's, and a client's row must "
-              "be readable by whichever process is dealt it: a multi-process run keeps its "
-              "clients on the device or on disk in the shared workdir (device, disk or auto)")
+        fail_config("client_store", store, "host memory is one process's, and a client's row must "
+                    "be readable by whichever process is dealt it: a multi-process run keeps its "
+                    "clients on the device or on disk in the shared workdir (device, disk or auto)")
     began = time.perf_counter()
     task = run_plan.family.build(config)
     log(f"data ready: {config['dataset']} over {config['num_clients']:,} clients "
@@ -148,9 +148,9 @@ def check_compiled_round(run_plan, algo, params, task) -> None:
     field = ("num_clients" if account["arguments"] > account["temporaries"] else "batch_size")
     where = (f"{local} CPU devices share {available / 2**30:.1f} GiB" if on_host else
              f"a device holds {available / 2**30:.1f} GiB")
-    fail(field, config[field],
-          f"the compiled round needs {account['peak'] / 2**30:.1f} GiB per device (XLA: "
-          f"arguments {account['arguments'] / 2**30:.1f}, temporaries "
-          f"{account['temporaries'] / 2**30:.1f} GiB) and {where}; lower batch_size or the "
-          "clients per round, use more devices (num_devices), or "
-          "client_state_dtype=bfloat16")
+    fail_config(field, config[field],
+                f"the compiled round needs {account['peak'] / 2**30:.1f} GiB per device (XLA: "
+                f"arguments {account['arguments'] / 2**30:.1f}, temporaries "
+                f"{account['temporaries'] / 2**30:.1f} GiB) and {where}; lower batch_size or the "
+                "clients per round, use more devices (num_devices), or "
+                "client_state_dtype=bfloat16")

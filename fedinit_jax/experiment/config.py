@@ -6,12 +6,13 @@ The config is any mapping with the keys of experiments/configs/default.py (an ml
 ConfigDict there); config.json records it resolved.
 """
 from fedinit_jax import algorithms, checks, client_store, data, execution, models
+from fedinit_jax.checks import fail_config
 from fedinit_jax.experiment import tasks, workdir
 from fedinit_jax.experiment.memory import check_client_arrays
 from fedinit_jax.federated_round import CLIENT_STATE_DTYPES, DELTA_FROM, FIRST_VISIT, RI_OFFSETS
 
 __all__ = ["PARTITIONS", "OPTIONS", "ADDED_FIELDS", "saved_config", "resolve", "AGGREGATIONS",
-           "checked", "SEED_MAX", "MAX_CLIENTS", "fail", "accepted_hparams", "validate",
+           "checked", "SEED_MAX", "MAX_CLIENTS", "accepted_hparams", "validate",
            "expected_clients", "algorithm_kwargs", "options_not_applicable", "local_lr_decay"]
 
 PARTITIONS = ("iid", "dirichlet", "pathological")
@@ -101,9 +102,6 @@ SEED_MAX = 2**32 - 1  # numpy and jax.random.key take any seed up to this
 MAX_CLIENTS = 2**31 - 1  # client ids are int32 in a round's input and the compiled round
 
 
-def fail(field, value, allowed):
-    checks.fail(f"config.{field}", value, allowed)
-
 
 def _number(config, field, *bounds, **kinds):
     checks.check_number(f"config.{field}", config[field], *bounds, **kinds)
@@ -125,13 +123,13 @@ def _check_task_fields(config) -> None:
         declared = dict(tasks.family(dataset).fields) if dataset in tasks.REGISTRY else {}
         for name, value in (given or {}).items():
             if name not in declared:
-                fail(f"task.{dataset}.{name}", value,
-                      f"not a field of the {dataset!r} family (its fields: "
-                      f"{', '.join(declared) or 'none'})")
+                fail_config(f"task.{dataset}.{name}", value,
+                            f"not a field of the {dataset!r} family (its fields: "
+                            f"{', '.join(declared) or 'none'})")
             if dataset != config["dataset"] and value != declared[name]:
-                fail(f"task.{dataset}.{name}", value,
-                      f"a field of the {dataset!r} family, but config.dataset is "
-                      f"{config['dataset']!r}: it would change nothing")
+                fail_config(f"task.{dataset}.{name}", value,
+                            f"a field of the {dataset!r} family, but config.dataset is "
+                            f"{config['dataset']!r}: it would change nothing")
 
 
 def validate(config) -> None:
@@ -139,16 +137,18 @@ def validate(config) -> None:
     _choice(config, "algorithm", tuple(algorithms.REGISTRY))
     _choice(config, "model", models.NAMES)
     if not isinstance(config["dataset"], str) or not config["dataset"]:
-        fail("dataset", config["dataset"], "must name a dataset ('digits', a registered one: "
-              f"{', '.join(repr(name) for name in tasks.REGISTRY)}, or a TFDS name)")
+        fail_config("dataset", config["dataset"],
+                    "must name a dataset ('digits', a registered one: "
+                    f"{', '.join(repr(name) for name in tasks.REGISTRY)}, or a TFDS name)")
     _choice(config, "conv", models.CONV_IMPLEMENTATIONS)
     _choice(config, "partition", PARTITIONS)
     _choice(config, "participation_mode", data.PARTICIPATION_MODES)
     _choice(config, "participation_draw", data.BERNOULLI_DRAWS)
     if config["participation_mode"] == "fixed" and config["participation_draw"] != "per_client":
-        fail("participation_draw", config["participation_draw"],
-              "how a Bernoulli S is drawn, but participation_mode is 'fixed': it would change "
-              "nothing (use participation_mode=bernoulli, or leave it at per_client)")
+        fail_config("participation_draw", config["participation_draw"],
+                    "how a Bernoulli S is drawn, but participation_mode is 'fixed': it would "
+                    "change nothing (use participation_mode=bernoulli, or leave it at "
+                    "per_client)")
     _choice(config, "delta_from", DELTA_FROM)
     _choice(config, "first_visit", FIRST_VISIT)
     _choice(config, "ri_offset", RI_OFFSETS)
@@ -176,32 +176,33 @@ def validate(config) -> None:
         _number(config, field, 0.0, optional=True)
     _number(config, "model_width", 0.0, low_open=True)
     if config["model_width"] != 1.0 and config["model"] not in models.WIDTH_MODELS:
-        fail("model_width", config["model_width"],
-              f"only {', '.join(models.WIDTH_MODELS)} take a width; keep 1.0 for {config['model']}")
+        fail_config("model_width", config["model_width"],
+                    f"only {', '.join(models.WIDTH_MODELS)} take a width; keep 1.0 for "
+                    f"{config['model']}")
     if config["execution"] == "chunked":
         _number(config, "chunk_size", 1, integer=True)
     elif config["chunk_size"] is not None:
-        fail("chunk_size", config["chunk_size"], "only execution=chunked takes a chunk size "
-              f"(execution={config['execution']}); leave it unset")
+        fail_config("chunk_size", config["chunk_size"], "only execution=chunked takes a chunk size "
+                    f"(execution={config['execution']}); leave it unset")
     accepted = accepted_hparams(config["algorithm"])
     for field in algorithms.hparam_names():
         if config.get(field) is None:
             continue
         _number(config, field)
         if field not in accepted:
-            fail(field, config[field], f"is not a hyperparameter of {config['algorithm']} "
-                  f"(it takes {', '.join(sorted(accepted))})")
+            fail_config(field, config[field], f"is not a hyperparameter of {config['algorithm']} "
+                        f"(it takes {', '.join(sorted(accepted))})")
     if (config["participation_mode"] == "bernoulli" and data.nonempty_probability(
             config["num_clients"], config["participation"]) < data.MIN_NONEMPTY):
-        fail("participation", config["participation"],
-              f"with {config['num_clients']} clients a Bernoulli round draws nobody with "
-              f"probability {1 - data.nonempty_probability(config['num_clients'], config['participation']):.6f}"  # noqa: E501
-              f"; needs 1 - (1 - participation)^num_clients >= {data.MIN_NONEMPTY}")
+        fail_config("participation", config["participation"],
+                    f"with {config['num_clients']} clients a Bernoulli round draws nobody with "
+                    f"probability {1 - data.nonempty_probability(config['num_clients'], config['participation']):.6f}"  # noqa: E501
+                    f"; needs 1 - (1 - participation)^num_clients >= {data.MIN_NONEMPTY}")
     if (config["participation_mode"] == "fixed"
             and round(config["participation"] * config["num_clients"]) < 1):
-        fail("participation", config["participation"],
-              f"samples no client of {config['num_clients']}: needs participation * "
-              "num_clients >= 0.5")
+        fail_config("participation", config["participation"],
+                    f"samples no client of {config['num_clients']}: needs participation * "
+                    "num_clients >= 0.5")
     tasks.family(config["dataset"]).check(config)  # the dataset family's rules, typed fields
     try:  # the builder's own range checks (rho >= 0, 0 <= alpha <= 1, ...), before any data
         algorithms.get(config["algorithm"], _loss_never_called, **algorithm_kwargs(config))

@@ -3,15 +3,13 @@ allocated: the per-client host arrays, the [C, ...] tables, a cohort's rows, a r
 and the compiled round (ValueError naming the field that sets the size)."""
 import jax
 
-from fedinit_jax import checks, costs
+from fedinit_jax import costs
+from fedinit_jax.checks import fail_config
 from fedinit_jax.experiment import tasks
 
 __all__ = ["check_client_arrays", "available_memory", "host_memory", "check_memory",
            "check_cohort_memory", "check_round_input_size", "round_memory"]
 
-
-def _fail(field, value, allowed):
-    checks.fail(f"config.{field}", value, allowed)
 
 
 def check_client_arrays(config) -> None:
@@ -22,11 +20,11 @@ def check_client_arrays(config) -> None:
                       and config["participation_draw"] == "per_client" else 0)
     available = host_memory()
     if available is not None and config["num_clients"] * per_client > available:
-        _fail("num_clients", config["num_clients"],
-              f"needs {config['num_clients'] * per_client / 2**30:.1f} GiB of host memory for "
-              f"its per-client arrays ({per_client} bytes a client), more than the "
-              f"{available / 2**30:.1f} GiB available: at most "
-              f"{available // per_client:,} clients on this host")
+        fail_config("num_clients", config["num_clients"],
+                    f"needs {config['num_clients'] * per_client / 2**30:.1f} GiB of host memory "
+                    f"for its per-client arrays ({per_client} bytes a client), more than the "
+                    f"{available / 2**30:.1f} GiB available: at most "
+                    f"{available // per_client:,} clients on this host")
 
 
 def available_memory():
@@ -59,11 +57,12 @@ def check_memory(config, state: costs.StateCosts):
     available = available_memory()
     if available is not None and need > available:
         field = "model_width" if config["model_width"] != 1.0 else "num_clients"
-        _fail(field, config[field],
-              f"the federation needs at least {need / 2**30:.1f} GiB ({config['num_clients']} "
-              f"clients x {state.client_vectors} vectors x d={state.d:,} parameters, "
-              f"{state.per_client_bytes:,} bytes a client) but {available / 2**30:.1f} GiB "
-              "are available")
+        fail_config(field, config[field],
+                    f"the federation needs at least {need / 2**30:.1f} GiB "
+                    f"({config['num_clients']} clients x {state.client_vectors} vectors x "
+                    f"d={state.d:,} parameters, "
+                    f"{state.per_client_bytes:,} bytes a client) but {available / 2**30:.1f} GiB "
+                    "are available")
 
 
 def check_cohort_memory(run_plan, state: costs.StateCosts, device_error) -> None:
@@ -83,11 +82,11 @@ def check_round_input_size(run_plan, task: tasks.Task) -> None:
     available = host_memory()
     if available is not None and need > available // 2:
         field = "local_steps" if config["local_steps"] else "local_epochs"
-        _fail(field, config[field],
-              f"a round's input needs {need / 2**30:.3g} GiB ({n} "
-              f"clients x K={task.steps:,} steps x B={config['batch_size']} examples x "
-              f"{task.example_bytes} bytes) but the host has {available / 2**30:.1f} GiB "
-              "available (half of it may be used)")
+        fail_config(field, config[field],
+                    f"a round's input needs {need / 2**30:.3g} GiB ({n} "
+                    f"clients x K={task.steps:,} steps x B={config['batch_size']} examples x "
+                    f"{task.example_bytes} bytes) but the host has {available / 2**30:.1f} GiB "
+                    "available (half of it may be used)")
 
 
 def round_memory(compiled) -> dict:

@@ -6,12 +6,12 @@ from typing import Any, NamedTuple
 import jax
 
 from fedinit_jax import data, execution
+from fedinit_jax.checks import fail_config
 from fedinit_jax.experiment import tasks
 from fedinit_jax.experiment.config import (
     algorithm_kwargs,
     checked,
     expected_clients,
-    fail,
     local_lr_decay,
 )
 from fedinit_jax.types import Runtime
@@ -104,12 +104,12 @@ def num_devices(config) -> int:
     multi-process run shards over every process's devices (0: all of them, padded)."""
     n, available = client_slots(config), len(jax.devices())
     if jax.process_count() > 1 and config["num_devices"] not in (0, available):
-        fail("num_devices", config["num_devices"],
-              f"a run of {jax.process_count()} processes shards the clients over all their "
-              f"{available} devices: use 0 or {available}")
+        fail_config("num_devices", config["num_devices"],
+                    f"a run of {jax.process_count()} processes shards the clients over all their "
+                    f"{available} devices: use 0 or {available}")
     if config["num_devices"]:
         if config["num_devices"] > available:
-            fail("num_devices", config["num_devices"],
-                  f"must be <= the {available} {jax.default_backend()} devices here")
+            fail_config("num_devices", config["num_devices"],
+                        f"must be <= the {available} {jax.default_backend()} devices here")
         return config["num_devices"]
     return max(d for d in range(1, available + 1) if n % d == 0)

@@ -4,7 +4,8 @@ evaluated with the global model. The default family of experiment.build."""
 import jax
 import numpy as np
 
-from fedinit_jax import checks, data, losses, models
+from fedinit_jax import data, losses, models
+from fedinit_jax.checks import fail_config
 from fedinit_jax.experiment.tasks import AbstractRound, Family, Task
 
 __all__ = ["EMBEDDED", "CHANNEL_STATS", "SHAPES", "load_split", "partition", "model", "steps",
@@ -20,9 +21,6 @@ CHANNEL_STATS = {
 SHAPES = {"cifar10": (50_000, 10, (32, 32, 3)), "cifar100": (50_000, 100, (32, 32, 3)),
           "digits": (1_437, 10, (8, 8, 1))}
 
-
-def _fail(field, value, allowed):
-    checks.fail(f"config.{field}", value, allowed)
 
 
 def load_split(config, split):
@@ -62,16 +60,16 @@ def build(config) -> Task:
     train_x, train_y, num_classes = load_split(config, "train")
     test_x, test_y, _ = load_split(config, "test")
     if config["num_clients"] > len(train_y):
-        _fail("num_clients", config["num_clients"],
-              f"more clients than the {len(train_y)} training samples")
+        fail_config("num_clients", config["num_clients"],
+                    f"more clients than the {len(train_y)} training samples")
     if config["partition"] == "pathological" and config["classes_per_client"] > num_classes:
-        _fail("classes_per_client", config["classes_per_client"],
-              f"{config['dataset']} has only {num_classes} classes")
+        fail_config("classes_per_client", config["classes_per_client"],
+                    f"{config['dataset']} has only {num_classes} classes")
     shard_size = len(train_y) // config["num_clients"]
     if config["batch_size"] > shard_size:
-        _fail("batch_size", config["batch_size"],
-              f"must be <= the shard size {shard_size} ({len(train_y)} samples / "
-              f"{config['num_clients']} clients)")
+        fail_config("batch_size", config["batch_size"],
+                    f"must be <= the shard size {shard_size} ({len(train_y)} samples / "
+                    f"{config['num_clients']} clients)")
     shards = data.build_shards(train_x, train_y, partition(config, train_y),
                                num_classes=num_classes, client_noise=config["client_noise"],
                                category_noise=config["category_noise"], seed=config["seed"])
@@ -92,9 +90,10 @@ def build(config) -> Task:
 
 def check(config) -> None:
     if config["model"] in models.SEQUENCE_MODELS:
-        _fail("model", config["model"], f"{config['dataset']} is image classification: it takes "
-              f"an image model, and a sequence model ({', '.join(models.SEQUENCE_MODELS)}) "
-              "only a text task (shakespeare)")
+        fail_config("model", config["model"],
+                    f"{config['dataset']} is image classification: it takes an image model, and "
+                    f"a sequence model ({', '.join(models.SEQUENCE_MODELS)}) only a text task "
+                    "(shakespeare)")
 
 
 def abstract(config, slots: int) -> AbstractRound:

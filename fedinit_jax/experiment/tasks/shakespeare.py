@@ -8,16 +8,14 @@ import os
 import jax
 import numpy as np
 
-from fedinit_jax import checks, losses, models
+from fedinit_jax import losses, models
+from fedinit_jax.checks import fail_config
 from fedinit_jax.data import shakespeare
 from fedinit_jax.experiment import fetch
 from fedinit_jax.experiment.tasks import AbstractRound, Family, Task
 
 __all__ = ["TEXT_FILES_IN_SDIST", "load", "build", "IMAGE_FIELDS", "check", "abstract", "FAMILY"]
 
-
-def _fail(field, value, allowed):
-    checks.fail(f"config.{field}", value, allowed)
 
 
 # fetch.SDIST's texts: 42 *_gut.txt files (37 plays with speaking roles, 1,108 roles)
@@ -40,8 +38,8 @@ def load(config):
 def build(config) -> Task:
     roles, train, test, info = load(config)
     if config["num_clients"] > len(roles):
-        _fail("num_clients", config["num_clients"],
-              f"the Shakespeare texts hold {len(roles)} clients (roles with >= 2 speeches)")
+        fail_config("num_clients", config["num_clients"],
+                    f"the Shakespeare texts hold {len(roles)} clients (roles with >= 2 speeches)")
     chosen = np.sort(np.random.default_rng([config["seed"], 3]).permutation(len(roles))
                      [: config["num_clients"]])
     train, test = train.subset(chosen), test.subset(chosen)
@@ -72,11 +70,11 @@ IMAGE_FIELDS = {"partition": "dirichlet", "dirichlet_alpha": 0.1, "classes_per_c
 def check(config) -> None:
     for field, unused in IMAGE_FIELDS.items():
         if config[field] != unused:
-            _fail(field, config[field], "the shakespeare dataset's clients are its speaking "
-                  f"roles (its own split): keep the default {unused!r}")
+            fail_config(field, config[field], "the shakespeare dataset's clients are its speaking "
+                        f"roles (its own split): keep the default {unused!r}")
     if config["model"] not in models.SEQUENCE_MODELS:
-        _fail("model", config["model"], "the shakespeare dataset takes a sequence model "
-              f"({', '.join(models.SEQUENCE_MODELS)})")
+        fail_config("model", config["model"], "the shakespeare dataset takes a sequence model "
+                    f"({', '.join(models.SEQUENCE_MODELS)})")
 
 
 def abstract(config, slots: int) -> AbstractRound:
