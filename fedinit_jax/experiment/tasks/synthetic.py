@@ -18,7 +18,8 @@ import optax
 from fedinit_jax import checks, data, models
 from fedinit_jax.experiment.tasks import AbstractRound, Family, Task, own_fields
 
-__all__ = ["TEST_CLIENTS", "MODELS", "client_data", "steps", "loss_and_accuracy", "build",
+__all__ = ["TEST_CLIENTS", "MODELS", "client_data", "stacked", "held_out", "steps",
+           "loss_and_accuracy", "generated_task", "build",
            "check", "abstract", "FAMILY"]
 
 FEATURES, CLASSES, PER_CLIENT, TRAIN = 60, 10, 100, 80
@@ -38,11 +39,15 @@ def client_data(client_id: int, alpha: float, beta: float, seed: int):
     return x, np.argmax(x @ w.T + b, axis=1).astype(np.int32)
 
 
-def _cohort(ids, config):
-    fields = own_fields(config)
-    xs, ys = zip(*(client_data(i, fields["alpha"], fields["beta"], config["seed"])
-                   for i in np.asarray(ids).tolist()))
+def stacked(ids, make):
+    """(x [N, 100, 60], y [N, 100]) of the clients `ids`, each made by make(id)."""
+    xs, ys = zip(*(make(i) for i in np.asarray(ids).tolist()))
     return np.stack(xs), np.stack(ys)
+
+
+def held_out(x, y):
+    """Clients' 20 test examples (those after the first 80), pooled: [M, 60], [M]."""
+    return x[:, TRAIN:].reshape(-1, FEATURES), y[:, TRAIN:].reshape(-1)
 
 
 def steps(config):
@@ -57,11 +62,20 @@ def loss_and_accuracy(apply_fn, params, x, y):
             jnp.mean(jnp.argmax(logits, -1) == y))
 
 
-def build(config) -> Task:
+def generated_task(config, make, tests, info) -> Task:
+    """The Task of a federation whose clients' data make(id) generates on demand.
+
+    Args:
+      config: the run's config (model, C, local epochs or steps, batch size).
+      make: client id -> (x [100, 60], y [100]); its first 80 examples are trained on.
+      tests: {suffix: (x [M, 60], y [M])}: evaluate reports test_accuracy<suffix> and
+        test_loss<suffix> of each.
+      info: what the run was built from (Task.data_info).
+    Returns:
+      the Task.
+    """
     model = models.get(config["model"], CLASSES)
-    x, y = _cohort(range(min(TEST_CLIENTS, config["num_clients"])), config)
-    test_x = jnp.asarray(x[:, TRAIN:].reshape(-1, FEATURES))
-    test_y = jnp.asarray(y[:, TRAIN:].reshape(-1))
+    tests = {suffix: (jnp.asarray(x), jnp.asarray(y)) for suffix, (x, y) in tests.items()}
 
     def loss_fn(params, batch, key):
         del key
@@ -69,22 +83,35 @@ def build(config) -> Task:
 
     @jax.jit
     def evaluate(params):
-        loss, accuracy = loss_and_accuracy(model.apply, params, test_x, test_y)
-        return {"test_accuracy": accuracy, "test_loss": loss}
+        metrics = {}
+        for suffix, (x, y) in tests.items():
+            loss, accuracy = loss_and_accuracy(model.apply, params, x, y)
+            metrics.update({f"test_accuracy{suffix}": accuracy, f"test_loss{suffix}": loss})
+        return metrics
 
     def round_batches(ids, rng):
         """The sampled clients' data made now, then batched as any shards are."""
-        x, y = _cohort(ids, config)
+        x, y = stacked(ids, make)
         shards = data.ClientShards(x[:, :TRAIN], y[:, :TRAIN])
         return data.round_batches(shards, np.arange(len(ids)), epochs=config["local_epochs"],
                                   batch_size=config["batch_size"], rng=rng,
                                   steps=config["local_steps"]), None
 
-    info = {"clients": config["num_clients"], "generated": "per client, from (seed, id)",
-            "test_examples": int(test_y.shape[0])}
     return Task(round_batches, np.full(config["num_clients"], TRAIN, np.int32), loss_fn,
                 evaluate, model, (FEATURES,), CLASSES, steps(config), 4 * FEATURES + 4 + 8,
                 info)
+
+
+def build(config) -> Task:
+    fields = own_fields(config)
+
+    def make(i):
+        return client_data(i, fields["alpha"], fields["beta"], config["seed"])
+
+    test_x, test_y = held_out(*stacked(range(min(TEST_CLIENTS, config["num_clients"])), make))
+    info = {"clients": config["num_clients"], "generated": "per client, from (seed, id)",
+            "test_examples": int(test_y.shape[0])}
+    return generated_task(config, make, {"": (test_x, test_y)}, info)
 
 
 def check(config) -> None:

@@ -24,18 +24,15 @@ Two test sets of 20 held-out examples per client, both evaluated every time:
 Each client's data is made from (seed, id) when it is needed: nothing of size C is built but
 the [C] client sizes.
 """
-import jax
-import jax.numpy as jnp
 import numpy as np
 
-from fedinit_jax import checks, data, models
+from fedinit_jax import checks, data
 from fedinit_jax.experiment.tasks import AbstractRound, Family, Task, own_fields, synthetic
 from fedinit_jax.experiment.tasks.synthetic import (
     CLASSES,
     FEATURES,
     PER_CLIENT,
     TEST_CLIENTS,
-    TRAIN,
 )
 
 __all__ = ["shared_model", "client_data", "sampled_test_clients", "build", "check", "abstract",
@@ -60,13 +57,6 @@ def client_data(client_id: int, alpha: float, beta: float, seed: int, shared=Non
     return x, np.argmax(x @ w.T + b, axis=1).astype(np.int32)
 
 
-def _cohort(ids, config, shared):
-    fields = own_fields(config)
-    xs, ys = zip(*(client_data(i, fields["alpha"], fields["beta"], config["seed"], shared)
-                   for i in np.asarray(ids).tolist()))
-    return np.stack(xs), np.stack(ys)
-
-
 def sampled_test_clients(config) -> np.ndarray:
     """Up to 500 distinct clients sampled in the run's first rounds, in order of sampling
     (fixed participation: the ids of data.sample_clients under the run's round rng)."""
@@ -82,49 +72,24 @@ def sampled_test_clients(config) -> np.ndarray:
     return np.asarray(seen[:TEST_CLIENTS], np.int64)
 
 
-def _held_out(ids, config, shared):
-    x, y = _cohort(ids, config, shared)
-    return x[:, TRAIN:].reshape(-1, FEATURES), y[:, TRAIN:].reshape(-1)
-
-
 def build(config) -> Task:
-    model = models.get(config["model"], CLASSES)
+    fields = own_fields(config)
     shared = shared_model(config["seed"])
+
+    def make(i):
+        return client_data(i, fields["alpha"], fields["beta"], config["seed"], shared)
+
     new_ids = np.arange(config["num_clients"], config["num_clients"] + TEST_CLIENTS)
-    tests = {"": _held_out(sampled_test_clients(config), config, shared),
-             "_new": _held_out(new_ids, config, shared)}
+    tests = {"": synthetic.held_out(*synthetic.stacked(sampled_test_clients(config), make)),
+             "_new": synthetic.held_out(*synthetic.stacked(new_ids, make))}
     ceiling = {f"test_accuracy{suffix}": float(np.mean(np.argmax(x @ shared[0].T + shared[1],
                                                                  axis=1) == y))
                for suffix, (x, y) in tests.items()}
-    tests = {suffix: (jnp.asarray(x), jnp.asarray(y)) for suffix, (x, y) in tests.items()}
-
-    def loss_fn(params, batch, key):
-        del key
-        return synthetic.loss_and_accuracy(model.apply, params, *batch)[0]
-
-    @jax.jit
-    def evaluate(params):
-        metrics = {}
-        for suffix, (x, y) in tests.items():
-            loss, accuracy = synthetic.loss_and_accuracy(model.apply, params, x, y)
-            metrics.update({f"test_accuracy{suffix}": accuracy, f"test_loss{suffix}": loss})
-        return metrics
-
-    def round_batches(ids, rng):
-        """The sampled clients' data made now, then batched as any shards are."""
-        x, y = _cohort(ids, config, shared)
-        shards = data.ClientShards(x[:, :TRAIN], y[:, :TRAIN])
-        return data.round_batches(shards, np.arange(len(ids)), epochs=config["local_epochs"],
-                                  batch_size=config["batch_size"], rng=rng,
-                                  steps=config["local_steps"]), None
-
     info = {"clients": config["num_clients"], "generated": "per client, from (seed, id)",
             "test_examples": {f"test_accuracy{s}": int(y.shape[0]) for s, (_, y) in
                               tests.items()},
             "shared_model_accuracy": ceiling}
-    return Task(round_batches, np.full(config["num_clients"], TRAIN, np.int32), loss_fn,
-                evaluate, model, (FEATURES,), CLASSES, synthetic.steps(config),
-                4 * FEATURES + 4 + 8, info)
+    return synthetic.generated_task(config, make, tests, info)
 
 
 def check(config) -> None:
