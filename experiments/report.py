@@ -15,7 +15,8 @@ Writes Markdown tables to stdout and <out>/tables.md, and PNG figures to <out>:
   fig1a_epochs.png  accuracy vs local epochs;  fig1b_beta.png  accuracy vs beta
   fig2_<setting>.png  accuracy and both divergences per round for every beta
   curves_<setting>.png  test accuracy and train loss per round, one line per method (mean
-             over seeds, band from the lowest to the highest seed when n >= 3); unfinished runs dashed, up
+             over seeds, band from the lowest to the highest seed when n >= 3); unfinished runs
+             dashed, up
              to the round they reached (they are left out of every table)
 """
 import os

@@ -7,8 +7,8 @@
 
 `apply` is the round jit-compiled once, `algo.lower` the same round lowered ahead of time;
 `with_runtime(algo, ...)` is the same round run another way, `algo.apply_cohort` (or
-`apply_cohort(algo, ...)`) the round on the sampled clients' rows of a ClientStore. The round itself, pure, is
-federated_round.py; the host checks are checks.py.
+`apply_cohort(algo, ...)`) the round on the sampled clients' rows of a ClientStore. The round
+itself, pure, is federated_round.py; the host checks are checks.py.
 """
 import functools
 

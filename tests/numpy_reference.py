@@ -141,6 +141,6 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
         })
     rows = w_local if ri_offset == "model" else offset
     return {"w": w, "w_local": np.stack(rows), "c": c, "c_i": np.stack(c_i),
-            "h_i": np.stack(h_i), "d": d, "mu_i": np.stack(mu_i), "s": s, "m": m, "v": v, "ri_m": ri_m,
-            "history": history,
+            "h_i": np.stack(h_i), "d": d, "mu_i": np.stack(mu_i), "s": s, "m": m, "v": v,
+            "ri_m": ri_m, "history": history,
             "clipped_steps": int(np.sum(clipped)), "steps": len(clipped)}

@@ -75,8 +75,8 @@ def test_a_second_accuracy_gets_its_own_table(tmp_path):
     text = report([str(tmp_path / "r")], str(tmp_path / "out"), window=2, last=1)
     # window 2, last point: a (0.5 + 0.9) / 2 = 0.7, b 0.2; mean 45, sample std
     std = abs(70 - 20) / 2 ** 0.5
-    table = text.split("## test_accuracy_in_vocab (%), smoothed over 2 evaluations, max over the last 1 "
-                       "rounds")[1]
+    table = text.split("## test_accuracy_in_vocab (%), smoothed over 2 evaluations, max over "
+                       "the last 1 rounds")[1]
     assert table.lstrip().startswith("| method |")
     assert f"| FedAvg | 45.00 ± {std:.2f} (n=2) |" in table
     assert "test_accuracy_x" not in text

@@ -20,6 +20,7 @@ from fedinit_jax.data.tfds_source import load
 
 __all__ = ["augment", "normalize", "load_digits", "dirichlet", "iid", "pathological",
            "summarize", "ClientShards", "build_shards", "round_batches",
-           "round_rng", "sample_clients", "steps_per_epoch", "load", "PARTICIPATION_MODES", "BERNOULLI_DRAWS",
+           "round_rng", "sample_clients", "steps_per_epoch", "load", "PARTICIPATION_MODES",
+           "BERNOULLI_DRAWS",
            "bernoulli_bound", "pad", "sample_bernoulli", "MIN_NONEMPTY", "nonempty_probability",
            "spread"]
