@@ -48,7 +48,7 @@ CHIPS = {
 # the config fields that decide the compiled round (others, e.g. the Dirichlet alpha, do not)
 SHAPE_FIELDS = ("dataset", "model", "model_width", "algorithm", "num_clients", "participation",
                 "participation_mode", "batch_size", "local_epochs", "local_steps",
-                "client_state_dtype", "aggregation", "augment")
+                "client_state_dtype", "aggregation")
 
 
 def all_presets():
@@ -249,6 +249,8 @@ def main():
                                        f"{max(args.devices)}").strip()
     import jax
 
+    from fedinit_jax.experiment import tasks
+
     if max(args.devices) > len(jax.devices()):
         parser.error(f"--devices {max(args.devices)}: only {len(jax.devices())} "
                      f"{jax.default_backend()} devices here")
@@ -263,7 +265,8 @@ def main():
     rows, planned = [], {}
     for spec, config in configs:
         for devices in args.devices:
-            shape = (devices, *(config[k] for k in SHAPE_FIELDS))  # e.g. Dirichlet alpha: same
+            augment = tasks.own_fields(config).get("augment")  # the image family's
+            shape = (devices, augment, *(config[k] for k in SHAPE_FIELDS))  # alpha: the same
             if shape not in planned:
                 print(f"  compiling {spec} on {devices} devices", file=sys.stderr, flush=True)
                 planned[shape] = plan(spec, config, devices, args.utilization)

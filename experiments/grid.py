@@ -18,11 +18,9 @@ def _parse(values, kind, field):
                          f"{kind.__name__}") from None
 
 
+ALPHA = "task.images.dirichlet_alpha"  # the --dirichlet_alphas axis (the image family's)
 # the grid's own axes: a --grid over one of them is refused, naming its flag
-
-
-# the grid's own axes: a --grid over one of them is refused, naming its flag
-SHORTHANDS = {"algorithm": "--algorithms", "dirichlet_alpha": "--dirichlet_alphas",
+SHORTHANDS = {"algorithm": "--algorithms", ALPHA: "--dirichlet_alphas",
               "beta": "--betas", "local_epochs": "--local_epochs",
               "delta_from": "--delta_from", "seed": "--seeds"}
 
@@ -45,6 +43,21 @@ def _value(text: str, like, field):
     return text
 
 
+def lookup(config: dict, field: str):
+    """config's value of a dotted field ("task.images.dirichlet_alpha"); KeyError if none."""
+    for key in field.split("."):
+        if not isinstance(config, dict):
+            raise KeyError(field)
+        config = config[key]
+    return config
+
+
+def with_field(config: dict, field: str, value) -> dict:
+    """A copy of config with the dotted field set to value (the dicts on its path copied)."""
+    head, _, rest = field.partition(".")
+    return {**config, head: with_field(config[head], rest, value) if rest else value}
+
+
 def grid_axes(base: dict) -> list:
     """[(field, [values])] of the --grid flags, in their order; ValueError naming the flag
     for an unknown field, one of the grid's own axes, an empty or repeated one."""
@@ -54,12 +67,15 @@ def grid_axes(base: dict) -> list:
         if field in SHORTHANDS:
             raise ValueError(f"--grid {entry}: {field} is an axis of its own: use "
                              f"{SHORTHANDS[field]}")
-        if field not in base:
+        try:
+            like = lookup(base, field)
+        except KeyError:
             raise ValueError(f"--grid {entry}: config has no field {field!r} (every field: "
-                             "experiments/configs/default.py)")
-        if not values or field in dict(axes):
-            raise ValueError(f"--grid {entry}: give FIELD=v1,v2,... once per field")
-        axes.append((field, [_value(v, base[field], field) for v in values.split(",")]))
+                             "experiments/configs/default.py)") from None
+        if isinstance(like, dict) or not values or field in dict(axes):
+            raise ValueError(f"--grid {entry}: give FIELD=v1,v2,... once per field (a field "
+                             "holding a value, e.g. task.images.dirichlet_alpha)")
+        axes.append((field, [_value(v, like, field) for v in values.split(",")]))
     return axes
 
 
@@ -72,7 +88,7 @@ def cells(base: dict):
     from fedinit_jax.experiment import tasks
 
     natural = tasks.family(base["dataset"]).natural_split
-    alphas = _parse(FLAGS.dirichlet_alphas, float, "dirichlet_alphas") or [base["dirichlet_alpha"]]
+    alphas = _parse(FLAGS.dirichlet_alphas, float, "dirichlet_alphas") or [lookup(base, ALPHA)]
     betas = _parse(FLAGS.betas, float, "betas") or [base["beta"]]
     epochs = _parse(FLAGS.local_epochs, int, "local_epochs") or [base["local_epochs"]]
     deltas = FLAGS.delta_from or [base["delta_from"]]
@@ -81,16 +97,21 @@ def cells(base: dict):
     for algorithm, alpha, beta, e, delta, *extra, seed in itertools.product(
             FLAGS.algorithms, alphas, betas, epochs, deltas, *(v for _, v in axes), seeds):
         chosen = dict(zip((f for f, _ in axes), extra))
-        config = experiment.checked({
-            **base, **chosen, "algorithm": algorithm, "dirichlet_alpha": alpha, "beta": beta,
-            "local_epochs": e, "delta_from": delta, "seed": seed})
+        config = {**base, "algorithm": algorithm, "beta": beta, "local_epochs": e,
+                  "delta_from": delta, "seed": seed}
+        for field, value in ((ALPHA, alpha), *chosen.items()):
+            config = with_field(config, field, value)
+        config = experiment.checked(config)
         yield _cell_name(config, natural, beta is None, chosen), config
 
 
 def _cell_name(config, natural, default_beta, chosen=None) -> str:
     """<algorithm>-<split>-beta<beta>-E<epochs>-<delta_from>-s<seed> with the resolved beta;
     a default beta's folder named `betadefault` by earlier versions keeps its cell."""
-    split = natural or f"dir{config['dirichlet_alpha']:g}"  # the data's own, or alpha
+    from fedinit_jax.experiment import tasks
+
+    alpha = tasks.own_fields(config).get("dirichlet_alpha")  # the image family's
+    split = natural or (f"dir{alpha:g}" if alpha is not None else config["dataset"])
 
     extra = "".join(f"-{field}{value:g}" if isinstance(value, float) else f"-{field}{value}"
                     for field, value in (chosen or {}).items())

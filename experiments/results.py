@@ -140,9 +140,11 @@ def setting(config) -> str:
     """Column label: dataset model split clients epochs."""
     from fedinit_jax.experiment import tasks
 
-    split = (tasks.family(config["dataset"]).natural_split or  # the data's own partition
-             {"dirichlet": f"Dir-{config['dirichlet_alpha']:g}", "iid": "IID",
-              "pathological": f"Path-{config['classes_per_client']}"}[config["partition"]])
+    own = tasks.own_fields(config)  # the image family's partition, unless the data has its own
+    split = tasks.family(config["dataset"]).natural_split or {
+        "dirichlet": f"Dir-{own.get('dirichlet_alpha', 0):g}", "iid": "IID",
+        "pathological": f"Path-{own.get('classes_per_client')}"}.get(own.get("partition"),
+                                                                     config["dataset"])
     part = f"{config['participation'] * 100:g}%-{config['num_clients']}"
     return f"{config['dataset']} {config['model']} {split} {part} E{config['local_epochs']}"
 

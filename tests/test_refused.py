@@ -41,9 +41,11 @@ def test_the_task_registry_refuses_a_taken_or_malformed_name(name, says):
 @pytest.mark.parametrize("field, value", [("partition", "iid"), ("dirichlet_alpha", 0.6),
                                           ("client_noise", 0.1), ("augment", True)])
 def test_shakespeare_refuses_the_image_split_fields(field, value):
-    with pytest.raises(ValueError, match=f"config.{field}={value!r}: the shakespeare dataset's "
-                                         "clients are its speaking roles"):
-        experiment.validate({**SHAKESPEARE, field: value})
+    images = {**SHAKESPEARE["task"]["images"], field: value}
+    with pytest.raises(ValueError, match=f"config.task.images.{field}={value!r}: a field of "
+                                         "the 'images' family, but config.dataset is "
+                                         "'shakespeare': it would change nothing"):
+        experiment.validate({**SHAKESPEARE, "task": {**SHAKESPEARE["task"], "images": images}})
     experiment.validate(SHAKESPEARE)
 
 

@@ -1,6 +1,7 @@
 """Reliability: kills at many points, SIGTERM, corrupted checkpoints, bad configs, bad data."""
 import copy
 import os
+import re
 import shutil
 import signal
 import time
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from experiments.configs import default
 from fedinit_jax import data, experiment
-from fedinit_jax.experiment import planning, simulation, stopping
+from fedinit_jax.experiment import planning, schema, simulation, stopping, workdir
 
 FAST = [*TINY[1:], "--config.rounds=6", "--config.eval_every=2"]
 SLOW = [*FAST, "--config.local_epochs=10"]  # rounds long enough to signal one mid-run
@@ -135,13 +136,15 @@ BAD_VALUES = {
     "rounds": [0, -3, 1.5, "10", None, True], "num_clients": [0, -1, 2.0, "x"],
     "participation": [0.0, -0.1, 1.01, float("nan"), "half"], "local_lr": [0.0, -1.0, float("inf")],
     "batch_size": [0, -5, 3.5], "local_epochs": [0, -1], "eval_every": [0],
-    "dirichlet_alpha": [0.0, -0.5, float("nan")], "client_noise": [-0.1, float("inf")],
-    "category_noise": [-1.0], "weight_decay": [-1e-3], "clip_norm": [-1.0],
-    "algorithm": ["fedfoo", "", 3], "model": ["resnet50", None], "partition": ["random"],
+    "task.images.dirichlet_alpha": [0.0, -0.5, float("nan")],
+    "task.images.client_noise": [-0.1, float("inf")], "task.images.category_noise": [-1.0],
+    "task.images.augment": ["yes", 1], "task.images.partition": ["random"],
+    "weight_decay": [-1e-3], "clip_norm": [-1.0],
+    "algorithm": ["fedfoo", "", 3], "model": ["resnet50", None],
     "delta_from": ["local", None], "execution": ["pmap"], "lr_decay": [0.0, 1.5, -1.0],
     "beta": [float("nan"), float("inf")], "conv": ["cudnn"], "seed": [-1, 0.5],
     "keep_checkpoints": [0], "checkpoint_every": [-1], "num_devices": [-1],
-    "model_width": [0.0, -1.0], "classes_per_client": [0],
+    "model_width": [0.0, -1.0], "task.images.classes_per_client": [0],
     "client_state_dtype": ["int8", "bf16", None], "participation_mode": ["uniform", None],
 }
 
@@ -152,8 +155,12 @@ BAD_VALUES = {
 def test_random_invalid_configs_name_the_field(field_value):
     field, value = field_value
     config = copy.deepcopy(BASE)
-    config[field] = value
-    with pytest.raises(ValueError, match=f"config.{field}="):
+    *path, name = field.split(".")
+    inner = config
+    for key in path:
+        inner = inner[key]
+    inner[name] = value
+    with pytest.raises(ValueError, match=f"config.{re.escape(field)}="):
         experiment.validate(config)
 
 
@@ -172,13 +179,42 @@ def test_default_config_is_valid():
     experiment.validate(BASE)
 
 
+def _schema_1(config):
+    """config as schema 1 wrote config.json: no schema_version, no field added since, the
+    image family's fields top-level."""
+    old = {k: v for k, v in config.items()
+           if k not in schema.ADDED_IN_1 and k != schema.FIELD}
+    task = dict(old.pop("task"))
+    old.update(task.pop("images"))
+    return old
+
+
 def test_config_saved_before_a_field_existed_resumes_only_with_its_neutral_value(tmp_path):
-    old = {k: v for k, v in BASE.items() if k not in experiment.ADDED_FIELDS}
-    simulation.prepare_workdir(str(tmp_path), old)
+    workdir.write_json(str(tmp_path / "config.json"), _schema_1(experiment.resolve(BASE)))
     (tmp_path / "metrics.jsonl").write_text('{"round": 1}\n')  # it holds a finished round
-    simulation.prepare_workdir(str(tmp_path), BASE)  # float32 storage: as before, resumes
     with pytest.raises(ValueError, match="client_state_dtype: 'float32' -> 'bfloat16'"):
         simulation.prepare_workdir(str(tmp_path), {**BASE, "client_state_dtype": "bfloat16"})
+    simulation.prepare_workdir(str(tmp_path), BASE)  # float32 storage: as before, resumes
+    assert workdir.read_json(str(tmp_path / "config.json"))[schema.FIELD] == schema.VERSION
+
+
+def test_a_schema_1_config_reads_its_top_level_image_fields_as_task_images(tmp_path):
+    """Schema 1 held partition, dirichlet_alpha, ... top-level: such a run resumes under
+    task.images at its values (Dir-0.6 here) and is refused under another alpha; a config of
+    a schema newer than this code is refused by name."""
+    dir06 = experiment.resolve({**BASE, "task": {"images": {
+        **BASE["task"]["images"], "dirichlet_alpha": 0.6}}})
+    old = _schema_1(dir06)
+    assert old["dirichlet_alpha"] == 0.6 and "task" not in old
+    assert experiment.resolve(schema.upgrade(old)) == dir06
+    workdir.write_json(str(tmp_path / "config.json"), old)
+    (tmp_path / "metrics.jsonl").write_text('{"round": 1}\n')
+    with pytest.raises(ValueError, match="task.images.dirichlet_alpha: 0.6 -> 0.1"):
+        simulation.prepare_workdir(str(tmp_path), BASE)
+    simulation.prepare_workdir(str(tmp_path), dir06)
+    with pytest.raises(ValueError, match=f"schema_version=3: this fedinit_jax reads configs "
+                                         f"of schema 1..{schema.VERSION}"):
+        schema.upgrade({**dir06, schema.FIELD: 3})
 
 
 # ------------------------------------------------------------------ data faults

@@ -84,7 +84,7 @@ def test_a_second_accuracy_gets_its_own_table(tmp_path):
 
 def test_a_field_added_later_at_its_old_value_is_no_variant(tmp_path):
     """A config.json saved before `aggregation` existed is the same experiment as one that
-    wrote aggregation="uniform" (experiment.ADDED_FIELDS), not a variant; "size" is one."""
+    wrote aggregation="uniform" (schema.ADDED_IN_1), not a variant; "size" is one."""
     for name, seed, aggregation in (("old", 0, None), ("new", 1, "uniform"),
                                     ("size", 2, "size")):
         write_run(tmp_path / "r" / name, "fedavg", 0.0, seed, [0.1, 0.2])

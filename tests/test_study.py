@@ -57,7 +57,7 @@ def test_every_cell_finished_with_its_config():
         config = _finished_config(os.path.join(RESULTS, name))
         assert (config["model"], config["model_width"], config["num_clients"],
                 config["participation"], config["batch_size"]) == ("cnn", 0.25, 100, 0.1, 50)
-        assert f"-s{config['seed']}" in name and f"-dir{config['dirichlet_alpha']:g}-" in name
+        assert f"-s{config['seed']}" in name and f"-dir{config['task']['images']['dirichlet_alpha']:g}-" in name
 
 
 def _assert_accuracy_tables_in(text, document):
@@ -80,11 +80,13 @@ def test_authors_preset_is_the_authors_configuration():
     from experiments.configs import cpu_cifar10
     from fedinit_jax import experiment
 
-    study, authors = cpu_cifar10.get_config(), cpu_cifar10.get_config("authors_e5")
+    study, authors = cpu_cifar10.get_config().to_dict(), cpu_cifar10.get_config("authors_e5")
     experiment.validate(authors)
+    authors = authors.to_dict()
     differ = {k: authors[k] for k in authors if authors[k] != study[k]}
     assert differ == {"model_width": 1.0, "participation_mode": "bernoulli",
-                      "local_epochs": 5, "augment": True}
+                      "local_epochs": 5, "task": {**study["task"], "images": {
+                          **study["task"]["images"], "augment": True}}}
     with pytest.raises(ValueError, match="preset"):
         cpu_cifar10.get_config("gpu")
 

@@ -76,9 +76,9 @@ def _cifar10(alpha: float):
     c.dataset = "cifar10"
     c.num_clients = 1000
     c.participation = 0.01          # 10 clients a round
-    c.partition = "dirichlet"
-    c.dirichlet_alpha = alpha
-    c.augment = False
+    c.task.images.partition = "dirichlet"
+    c.task.images.dirichlet_alpha = alpha
+    c.task.images.augment = False
     c.model = "cnn"
     c.model_width = 0.25
     c.algorithm = "fedavg"

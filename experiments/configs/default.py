@@ -30,13 +30,11 @@ def get_config():
                                     # O(C) a round) | count (|S| ~ Binomial(C, p), then |S|
                                     # clients: O(|S|), for millions of clients); one
                                     # distribution, different random streams
-    c.partition = "dirichlet"       # iid | dirichlet | pathological
-    c.dirichlet_alpha = 0.1
-    c.classes_per_client = 2        # pathological only
-    c.client_noise = 0.0            # client-based RGB strength (data/noise.py)
-    c.category_noise = 0.0          # category-based brightness (data/noise.py)
-    c.augment = False               # flip + padded crop (CIFAR); off for 8x8 digits
-    # a dataset family's own fields, task.<dataset>.<field> (e.g. task.synthetic.alpha)
+    # a dataset family's own fields, task.<namespace>.<field>: the image family's (digits,
+    # cifar10, any TFDS image dataset) under task.images: partition (iid | dirichlet |
+    # pathological), dirichlet_alpha, classes_per_client (pathological only), client_noise
+    # (client-based RGB strength), category_noise (category-based brightness), augment
+    # (flip + padded crop; off for 8x8 digits); task.synthetic.alpha, ... (tasks/*.py)
     c.task = ml_collections.ConfigDict(tasks.field_defaults())
     # model
     c.model = "mlp"

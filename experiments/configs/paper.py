@@ -68,13 +68,13 @@ def get_config(arg: str = "cifar10-resnet18_gn-dir0.1-10-100"):
     c = default.get_config()
     c.dataset = dataset
     c.model = model
-    c.partition = "dirichlet"
-    c.dirichlet_alpha = float(split[3:])
+    c.task.images.partition = "dirichlet"
+    c.task.images.dirichlet_alpha = float(split[3:])
     c.num_clients = 100 if part == "10-100" else 200
     c.participation = 0.1 if part == "10-100" else 0.05
     c.batch_size = 50 if part == "10-100" else 25
     c.local_epochs = 5
-    c.augment = True
+    c.task.images.augment = True
     c.local_lr = 0.1
     c.delta_from = "start"              # the authors' code; "global" = Algorithm 1 line 16
     c.participation_mode = "bernoulli"  # the authors' code; "fixed" = Algorithm 1 line 4

@@ -28,11 +28,9 @@ from fedinit_jax.experiment.building import (
     round_input,
 )
 from fedinit_jax.experiment.config import (
-    ADDED_FIELDS,
     AGGREGATIONS,
     MAX_CLIENTS,
     OPTIONS,
-    PARTITIONS,
     SEED_MAX,
     accepted_hparams,
     algorithm_kwargs,
@@ -48,7 +46,7 @@ from fedinit_jax.experiment.memory import available_memory, host_memory, round_m
 from fedinit_jax.experiment.planning import Plan, client_slots, num_devices, plan, runtime
 
 __all__ = [
-    "ADDED_FIELDS", "AGGREGATIONS", "MAX_CLIENTS", "OPTIONS", "PARTITIONS", "SEED_MAX",
+    "AGGREGATIONS", "MAX_CLIENTS", "OPTIONS", "SEED_MAX",
     "Experiment", "Plan", "accepted_hparams", "algorithm_kwargs", "available_memory", "build",
     "check_compiled_round", "checked", "client_slots", "expected_clients", "first_round_input",
     "host_memory", "local_lr_decay", "masked", "num_devices", "options_not_applicable", "plan",

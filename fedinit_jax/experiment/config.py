@@ -7,57 +7,37 @@ ConfigDict there); config.json records it resolved.
 """
 from fedinit_jax import algorithms, checks, client_store, data, execution, models
 from fedinit_jax.checks import fail_config
-from fedinit_jax.experiment import tasks, workdir
+from fedinit_jax.experiment import schema, tasks, workdir
 from fedinit_jax.experiment.memory import check_client_arrays
 from fedinit_jax.federated_round import CLIENT_STATE_DTYPES, DELTA_FROM, FIRST_VISIT, RI_OFFSETS
 
-__all__ = ["PARTITIONS", "OPTIONS", "ADDED_FIELDS", "saved_config", "resolve", "AGGREGATIONS",
+__all__ = ["OPTIONS", "saved_config", "resolve", "AGGREGATIONS",
            "checked", "SEED_MAX", "MAX_CLIENTS", "accepted_hparams", "validate",
            "expected_clients", "algorithm_kwargs", "options_not_applicable", "local_lr_decay"]
 
-PARTITIONS = ("iid", "dirichlet", "pathological")
-# algorithm hyperparameters a config may set (None = the registry's default)
-
-
 # algorithm hyperparameters a config may set (None = the registry's default)
 OPTIONS = ("delta_from", "weight_decay", "clip_norm", "first_visit", "ri_offset")
-# fields added after runs were first saved, with the value that means "as before": a saved
-# config.json without such a field resumes under a config that keeps this value
-
-
-# fields added after runs were first saved, with the value that means "as before": a saved
-# config.json without such a field resumes under a config that keeps this value
-ADDED_FIELDS = {"client_state_dtype": "float32", "participation_mode": "fixed",
-                "participation_draw": "per_client",
-                "local_steps": 0, "aggregation": "uniform", "client_store": "auto",
-                "first_visit": "init", "ri_offset": "model"}
-# where the per-client state lives (fedinit_jax/client_store/); auto: on one CPU process,
-# host memory when fewer than C clients can be sampled (_auto_on_cpu); else the device when
-# the state and the compiled round fit, else host memory (disk: several processes)
 
 
 def saved_config(path: str) -> dict:
-    """A run's config.json, every field added since it was saved at its "as before" value
-    (ADDED_FIELDS), resolved: what resuming it means, and what a report compares."""
-    return resolve({**ADDED_FIELDS, **workdir.read_json(path)})
+    """A run's config.json in today's form (schema.upgrade: every value as recorded, fields
+    added since at their "as before" value), resolved: what resuming it means, and what a
+    report compares."""
+    return resolve(schema.upgrade(workdir.read_json(path)))
 
 
 def _task_fields(config) -> dict:
-    """resolve's `task` (and the two fields an old synthetic config used for it)."""
-    changed = {}
-    if "task" not in config and config["dataset"] == "synthetic" and "dirichlet_alpha" in config:
-        changed = {"task": {"synthetic": {"alpha": config["dirichlet_alpha"],
-                                          "beta": config["category_noise"]}},
-                   "dirichlet_alpha": 0.1, "category_noise": 0.0}  # default.py's values
-        config = {**config, **changed}
+    """resolve's `task`: the fields of the config's own family, at their values, and another
+    family's only where they differ from its defaults (so validate refuses them)."""
+    own_namespace = tasks.namespace(config["dataset"])
     family = tasks.family(config["dataset"])
-    own = {config["dataset"]: tasks.own_fields(config)} if family.fields else {}
-    for dataset, given in (config.get("task") or {}).items():  # another family's fields:
-        known = tasks.REGISTRY.get(dataset)                      # kept when not its defaults,
-        if dataset not in own and (known is None or {**known.fields, **given} != dict(
-                known.fields)):                                  # so validate refuses them
-            own[dataset] = dict(given)
-    return {**changed, "task": own}
+    own = {own_namespace: tasks.own_fields(config)} if family.fields else {}
+    for namespace, given in (config.get("task") or {}).items():
+        known = tasks.namespace_family(namespace)
+        if namespace not in own and (known is None or {**known.fields, **given} != dict(
+                known.fields)):
+            own[namespace] = dict(given)
+    return {"task": own}
 
 
 def resolve(config) -> dict:
@@ -66,11 +46,10 @@ def resolve(config) -> dict:
     default (beta 0.1 for FedInit, 0 for the others), lr_decay None at the algorithm's
     paper decay. Hyperparameters the algorithm does not take stay None (not applicable).
     `task` holds the fields of the config's own dataset family only, at their values
-    (tasks.own_fields); a config saved before families had fields of their own ran the
-    synthetic family with alpha = dirichlet_alpha and beta = category_noise, and resolves
-    to that. A config already resolved, or of an unknown algorithm (refused later), is
-    returned as it is."""
-    config = dict(config)
+    (tasks.own_fields), and schema_version the schema (schema.stamp; a recorded config is
+    read through schema.upgrade first). A config already resolved, or of an unknown
+    algorithm (refused later), is returned as it is."""
+    config = schema.stamp(config)
     if "dataset" in config:
         config.update(_task_fields(config))
     entry = algorithms.REGISTRY.get(config.get("algorithm"))
@@ -117,18 +96,20 @@ def accepted_hparams(name: str) -> set:
 
 
 def _check_task_fields(config) -> None:
-    """config.task.<dataset>.<field>: only the fields a family declares, and only its own
+    """config.task.<namespace>.<field>: only the fields a family declares, and only its own
     dataset's changed from their defaults (another family's would change nothing)."""
-    for dataset, given in (config.get("task") or {}).items():
-        declared = dict(tasks.family(dataset).fields) if dataset in tasks.REGISTRY else {}
+    own_namespace = tasks.namespace(config["dataset"])
+    for namespace, given in (config.get("task") or {}).items():
+        known = tasks.namespace_family(namespace)
+        declared = dict(known.fields) if known is not None else {}
         for name, value in (given or {}).items():
             if name not in declared:
-                fail_config(f"task.{dataset}.{name}", value,
-                            f"not a field of the {dataset!r} family (its fields: "
+                fail_config(f"task.{namespace}.{name}", value,
+                            f"not a field of the {namespace!r} family (its fields: "
                             f"{', '.join(declared) or 'none'})")
-            if dataset != config["dataset"] and value != declared[name]:
-                fail_config(f"task.{dataset}.{name}", value,
-                            f"a field of the {dataset!r} family, but config.dataset is "
+            if namespace != own_namespace and value != declared[name]:
+                fail_config(f"task.{namespace}.{name}", value,
+                            f"a field of the {namespace!r} family, but config.dataset is "
                             f"{config['dataset']!r}: it would change nothing")
 
 
@@ -141,7 +122,6 @@ def validate(config) -> None:
                     "must name a dataset ('digits', a registered one: "
                     f"{', '.join(repr(name) for name in tasks.REGISTRY)}, or a TFDS name)")
     _choice(config, "conv", models.CONV_IMPLEMENTATIONS)
-    _choice(config, "partition", PARTITIONS)
     _choice(config, "participation_mode", data.PARTICIPATION_MODES)
     _choice(config, "participation_draw", data.BERNOULLI_DRAWS)
     if config["participation_mode"] == "fixed" and config["participation_draw"] != "per_client":
@@ -168,10 +148,6 @@ def validate(config) -> None:
     _number(config, "participation", 0.0, 1.0, low_open=True)
     _number(config, "local_lr", 0.0, low_open=True)
     _number(config, "lr_decay", 0.0, 1.0, low_open=True, optional=True)
-    _number(config, "dirichlet_alpha", 0.0, low_open=True)
-    _number(config, "classes_per_client", 1, integer=True)
-    for field in ("client_noise", "category_noise"):
-        _number(config, field, 0.0)
     for field in ("weight_decay", "clip_norm"):  # None or 0: off
         _number(config, field, 0.0, optional=True)
     _number(config, "model_width", 0.0, low_open=True)

@@ -9,6 +9,7 @@ import os
 
 from fedinit_jax import experiment
 from fedinit_jax.experiment import checkpoint as checkpoint_lib
+from fedinit_jax.experiment import schema
 from fedinit_jax.experiment import workdir as workdir_lib
 from fedinit_jax.experiment.workdir import WorkdirError, read_metrics
 
@@ -49,20 +50,34 @@ def rounds_done(workdir: str, config: dict) -> int:
     recorded = checkpoint_lib.saved_config(workdir)
     if recorded is not None:
         saved.append(("its newest checkpoint",
-                      experiment.resolve({**experiment.ADDED_FIELDS, **recorded})))
+                      experiment.resolve(schema.upgrade(recorded))))
     if not saved:
         raise WorkdirError(f"workdir={workdir!r} holds {done} rounds but no config.json, and "
                            "no checkpoint records its config: which config made them is "
                            "unknown; restore config.json, or use a new workdir")
+    new = _flat(config)
     for source, old in saved:
-        diff = sorted(k for k in set(old) | set(config)
-                      if k not in RESUMABLE_CHANGES and old.get(k) != config.get(k))
+        old = _flat(old)
+        diff = sorted(k for k in set(old) | set(new)
+                      if k not in RESUMABLE_CHANGES and old.get(k) != new.get(k))
         if diff:
-            details = ", ".join(f"{k}: {old.get(k)!r} -> {config.get(k)!r}" for k in diff)
+            details = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in diff)
             raise WorkdirError(f"workdir={workdir!r} holds a run of a different config "
                                f"({details}; by {source}); use a new workdir or the same "
                                "config to resume")
     return done
+
+
+def _flat(config: dict, prefix: str = "") -> dict:
+    """{dotted field: value} of a nested config (task.images.dirichlet_alpha: 0.1); an empty
+    dict stays a value, so a namespace present in one config only is a difference."""
+    flat = {}
+    for key, value in config.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def finished_rounds(workdir: str, config: dict) -> int:

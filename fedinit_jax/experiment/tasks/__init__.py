@@ -12,9 +12,12 @@ binaries look the family up here instead of branching on dataset names:
 A new dataset family is one module and one `register(name, FAMILY)` call
 (docs/tasks.md's worked example, which tests/test_tasks.py registers and trains).
 
-A family's own config fields (Synthetic's alpha and beta) are `Family.fields` with their
-defaults; a config holds them under config.task.<dataset>.<field> (`--config.task.synthetic.
-alpha=0.5`), and `own_fields(config)` gives the run's values.
+A family's own config fields (Synthetic's alpha and beta, the image family's partition and
+noises) are `Family.fields` with their defaults; a config holds them under
+config.task.<namespace>.<field>, the namespace being the registered dataset name
+(`--config.task.synthetic.alpha=0.5`) or "images" for the image family, whatever the image
+dataset (`--config.task.images.dirichlet_alpha=0.6`); `own_fields(config)` gives the run's
+values.
 """
 from collections.abc import Callable
 from types import MappingProxyType
@@ -22,8 +25,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["Task", "AbstractRound", "Family", "REGISTRY", "register", "family", "field_defaults",
-           "own_fields"]
+__all__ = ["Task", "AbstractRound", "Family", "REGISTRY", "IMAGES", "register", "family",
+           "namespace", "namespace_family", "field_defaults", "own_fields"]
 
 
 class Task(NamedTuple):
@@ -82,6 +85,7 @@ class Family(NamedTuple):
 
 
 REGISTRY: dict[str, Family] = {}
+IMAGES = "images"  # config.task's namespace of the image family (any unregistered dataset)
 
 
 def register(dataset: str, family: Family) -> None:
@@ -90,6 +94,9 @@ def register(dataset: str, family: Family) -> None:
         raise ValueError(f"register(dataset={dataset!r}, ...): a non-empty str (config.dataset)")
     if not isinstance(family, Family):
         raise ValueError(f"register({dataset!r}, ...): a tasks.Family, got {type(family)}")
+    if dataset == IMAGES:
+        raise ValueError(f"register({IMAGES!r}, ...): {IMAGES!r} is the image family's "
+                         "namespace in config.task; choose another name")
     if REGISTRY.get(dataset, family) is not family:
         raise ValueError(f"register({dataset!r}, ...): {dataset!r} is already registered to "
                          "another family; choose another name")
@@ -103,17 +110,34 @@ def family(dataset: str) -> Family:
     return REGISTRY.get(dataset, images.FAMILY)
 
 
+def namespace(dataset: str) -> str:
+    """Where config.task holds the fields of `dataset`'s family: its registered name, else
+    IMAGES (digits, cifar10, any TFDS image dataset share the image family's fields)."""
+    return dataset if dataset in REGISTRY else IMAGES
+
+
+def namespace_family(name: str) -> Family | None:
+    """The family whose fields config.task.<name> holds (None: no family's)."""
+    from fedinit_jax.experiment.tasks import images
+
+    return images.FAMILY if name == IMAGES else REGISTRY.get(name)
+
+
 def field_defaults() -> dict:
-    """{dataset: {field: default}} of every registered family with fields of its own: what a
-    config file's `task` holds (experiments/configs/default.py)."""
-    return {name: dict(f.fields) for name, f in REGISTRY.items() if f.fields}
+    """{namespace: {field: default}} of every family with fields of its own (the image
+    family's under IMAGES): what a config file's `task` holds (experiments/configs/default.py)."""
+    from fedinit_jax.experiment.tasks import images
+
+    named = {name: dict(f.fields) for name, f in REGISTRY.items() if f.fields}
+    return {IMAGES: dict(images.FAMILY.fields), **named}
 
 
 def own_fields(config) -> dict:
-    """The values of the config's dataset family's own fields: config.task.<dataset> over
+    """The values of the config's dataset family's own fields: config.task.<namespace> over
     the family's defaults."""
     dataset = config["dataset"]
-    return {**family(dataset).fields, **((config.get("task") or {}).get(dataset) or {})}
+    given = (config.get("task") or {}).get(namespace(dataset)) or {}
+    return {**family(dataset).fields, **given}
 
 
 def _register_builtin():

@@ -1,15 +1,31 @@
 """Image classification: digits (embedded) or any TFDS image dataset, its training split
 partitioned into equal-size client shards (iid, Dirichlet or pathological), the test split
-evaluated with the global model. The default family of experiment.build."""
+evaluated with the global model. The default family of experiment.build.
+
+Its own fields (FIELDS), under config.task.images whatever the image dataset:
+    partition           iid | dirichlet (over labels, Hsu et al. 2019) | pathological
+    dirichlet_alpha     the Dirichlet concentration (dirichlet only)
+    classes_per_client  labels a client holds (pathological only)
+    client_noise        client-based RGB strength (data/noise.py, the paper's Section 5.1)
+    category_noise      category-based brightness (data/noise.py)
+    augment             flip + padded crop of every local batch (CIFAR; off for 8x8 digits)
+"""
+from types import MappingProxyType
+
 import jax
 import numpy as np
 
-from fedinit_jax import data, losses, models
+from fedinit_jax import checks, data, losses, models
 from fedinit_jax.checks import fail_config
-from fedinit_jax.experiment.tasks import AbstractRound, Family, Task
+from fedinit_jax.experiment.tasks import IMAGES, AbstractRound, Family, Task, own_fields
 
-__all__ = ["EMBEDDED", "CHANNEL_STATS", "SHAPES", "load_split", "partition", "model", "steps",
-           "build", "check", "abstract", "channel_stats", "FAMILY"]
+__all__ = ["FIELDS", "PARTITIONS", "EMBEDDED", "CHANNEL_STATS", "SHAPES", "load_split",
+           "partition", "model", "steps", "build", "check", "abstract", "channel_stats", "FAMILY"]
+
+FIELDS = MappingProxyType({"partition": "dirichlet", "dirichlet_alpha": 0.1,
+                           "classes_per_client": 2, "client_noise": 0.0,
+                           "category_noise": 0.0, "augment": False})
+PARTITIONS = ("iid", "dirichlet", "pathological")
 
 EMBEDDED = {"digits": data.load_digits}
 # per-channel statistics used to normalise (from the training splits)
@@ -22,6 +38,9 @@ SHAPES = {"cifar10": (50_000, 10, (32, 32, 3)), "cifar100": (50_000, 100, (32, 3
           "digits": (1_437, 10, (8, 8, 1))}
 
 
+def _field(name: str) -> str:
+    return f"task.{IMAGES}.{name}"
+
 
 def load_split(config, split):
     """(images, labels, num_classes) of the configured dataset's split."""
@@ -33,13 +52,13 @@ def load_split(config, split):
 
 
 def partition(config, labels):
-    """Every client's example indices under config.partition."""
-    c, seed = config["num_clients"], config["seed"]
-    if config["partition"] == "iid":
+    """Every client's example indices under config.task.images.partition."""
+    c, seed, own = config["num_clients"], config["seed"], own_fields(config)
+    if own["partition"] == "iid":
         return data.iid(labels, c, seed)
-    if config["partition"] == "dirichlet":
-        return data.dirichlet(labels, c, config["dirichlet_alpha"], seed)
-    return data.pathological(labels, c, config["classes_per_client"], seed)
+    if own["partition"] == "dirichlet":
+        return data.dirichlet(labels, c, own["dirichlet_alpha"], seed)
+    return data.pathological(labels, c, own["classes_per_client"], seed)
 
 
 def model(config, num_classes):
@@ -57,13 +76,14 @@ def steps(config, shard_size: int) -> int:
 
 def build(config) -> Task:
     """The training split partitioned into equal shards (with the config's noises)."""
+    own = own_fields(config)
     train_x, train_y, num_classes = load_split(config, "train")
     test_x, test_y, _ = load_split(config, "test")
     if config["num_clients"] > len(train_y):
         fail_config("num_clients", config["num_clients"],
                     f"more clients than the {len(train_y)} training samples")
-    if config["partition"] == "pathological" and config["classes_per_client"] > num_classes:
-        fail_config("classes_per_client", config["classes_per_client"],
+    if own["partition"] == "pathological" and own["classes_per_client"] > num_classes:
+        fail_config(_field("classes_per_client"), own["classes_per_client"],
                     f"{config['dataset']} has only {num_classes} classes")
     shard_size = len(train_y) // config["num_clients"]
     if config["batch_size"] > shard_size:
@@ -71,8 +91,8 @@ def build(config) -> Task:
                     f"must be <= the shard size {shard_size} ({len(train_y)} samples / "
                     f"{config['num_clients']} clients)")
     shards = data.build_shards(train_x, train_y, partition(config, train_y),
-                               num_classes=num_classes, client_noise=config["client_noise"],
-                               category_noise=config["category_noise"], seed=config["seed"])
+                               num_classes=num_classes, client_noise=own["client_noise"],
+                               category_noise=own["category_noise"], seed=config["seed"])
     mean, std = CHANNEL_STATS.get(config["dataset"]) or channel_stats(train_x)
     net = model(config, num_classes)
 
@@ -82,13 +102,24 @@ def build(config) -> Task:
                                   steps=config["local_steps"]), None
 
     return Task(round_batches, np.full(config["num_clients"], shard_size),
-                losses.classification_loss(net.apply, mean, std, augment=config["augment"]),
+                losses.classification_loss(net.apply, mean, std, augment=own["augment"]),
                 losses.make_evaluator(net.apply, test_x, test_y, mean, std), net,
                 train_x.shape[1:], num_classes, steps(config, shard_size),
                 train_x[0].nbytes + train_y[0].nbytes + 8)
 
 
 def check(config) -> None:
+    """The image fields' values (named config.task.images.<field>) and an image model."""
+    own = own_fields(config)
+    checks.check_choice(f"config.{_field('partition')}", own["partition"], PARTITIONS)
+    checks.check_number(f"config.{_field('dirichlet_alpha')}", own["dirichlet_alpha"], 0.0,
+                        low_open=True)
+    checks.check_number(f"config.{_field('classes_per_client')}", own["classes_per_client"], 1,
+                        integer=True)
+    for name in ("client_noise", "category_noise"):
+        checks.check_number(f"config.{_field(name)}", own[name], 0.0)
+    if not isinstance(own["augment"], bool):
+        fail_config(_field("augment"), own["augment"], "must be true or false")
     if config["model"] in models.SEQUENCE_MODELS:
         fail_config("model", config["model"],
                     f"{config['dataset']} is image classification: it takes an image model, and "
@@ -105,7 +136,7 @@ def abstract(config, slots: int) -> AbstractRound:
     net = model({**config, "conv": "xla"}, classes)  # the conv form does not change shapes
     channels = example[-1]  # the statistics do not change the shapes
     loss = losses.classification_loss(net.apply, [0.5] * channels, [0.25] * channels,
-                                     augment=config["augment"])
+                                     augment=own_fields(config)["augment"])
     k = steps(config, size // config["num_clients"])
     b = config["batch_size"]
     batches = (jax.ShapeDtypeStruct((slots, k, b, *example), np.uint8),
@@ -119,4 +150,4 @@ def channel_stats(images):
     return list(x.mean((0, 1, 2))), list(np.maximum(x.std((0, 1, 2)), 1e-3))
 
 
-FAMILY = Family(build=build, check=check, abstract=abstract)
+FAMILY = Family(build=build, check=check, abstract=abstract, fields=FIELDS)

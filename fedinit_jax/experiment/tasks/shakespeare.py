@@ -14,7 +14,7 @@ from fedinit_jax.data import shakespeare
 from fedinit_jax.experiment import fetch
 from fedinit_jax.experiment.tasks import AbstractRound, Family, Task
 
-__all__ = ["TEXT_FILES_IN_SDIST", "load", "build", "IMAGE_FIELDS", "check", "abstract", "FAMILY"]
+__all__ = ["TEXT_FILES_IN_SDIST", "load", "build", "check", "abstract", "FAMILY"]
 
 
 
@@ -61,17 +61,9 @@ def build(config) -> Task:
                 {**info, "clients_used": int(config["num_clients"])})
 
 
-# the image families' fields, at the values that mean "not used" (experiments/configs/
-# default.py's): the roles are the clients, so no partition, noise or augmentation applies
-IMAGE_FIELDS = {"partition": "dirichlet", "dirichlet_alpha": 0.1, "classes_per_client": 2,
-                "client_noise": 0.0, "category_noise": 0.0, "augment": False}
-
-
 def check(config) -> None:
-    for field, unused in IMAGE_FIELDS.items():
-        if config[field] != unused:
-            fail_config(field, config[field], "the shakespeare dataset's clients are its speaking "
-                        f"roles (its own split): keep the default {unused!r}")
+    """A sequence model (the roles are the clients: config.task.images's partition, noises
+    and augmentation are refused by experiment.validate as another family's fields)."""
     if config["model"] not in models.SEQUENCE_MODELS:
         fail_config("model", config["model"], "the shakespeare dataset takes a sequence model "
                     f"({', '.join(models.SEQUENCE_MODELS)})")

@@ -123,10 +123,6 @@ def check(config) -> None:
                     f"a synthetic client has {TRAIN} training examples: at most {TRAIN}")
     for name, value in own_fields(config).items():
         checks.check_number(f"config.task.{config['dataset']}.{name}", value, 0.0)
-    if config["client_noise"] or config["category_noise"] or config["augment"]:
-        checks.fail("config.client_noise", config["client_noise"], "the synthetic clients "
-                    "are their own split with their own input shift (task.synthetic.beta): "
-                    "keep client_noise=0, category_noise=0, augment=False")
 
 
 def abstract(config, slots: int) -> AbstractRound:
