@@ -197,5 +197,15 @@ def test_a_grid_over_any_config_field(tmp_path):
     names = [line.split("\t")[1] for line in listed.stdout.splitlines()]
     assert names == [f"fedinit-dir0.1-beta0.1-E1-global-ri_offset{r}-first_visitglobal-"
                      f"local_lr{lr}-s0" for r in ("next", "momentum") for lr in ("0.1", "0.05")]
-    refused = sweep(tmp_path, *TINY, "--grid", "beta=0.1,0.2", "--list")
-    assert refused.returncode == 2 and "beta is an axis of its own: use --betas" in refused.stderr
+    nested = sweep(tmp_path, *TINY, "--algorithms=fedavg", "--grid",
+                   "task.images.partition=iid,pathological", "--list")
+    assert nested.returncode == 75, nested.stderr  # a family's field, by its dotted name
+    assert [line.split("\t")[1] for line in nested.stdout.splitlines()] == [
+        f"fedavg-dir0.1-beta0-E1-global-task.images.partition{p}-s0"
+        for p in ("iid", "pathological")]
+    for flag, says in (("beta=0.1,0.2", "beta is an axis of its own: use --betas"),
+                       ("task.images.dirichlet_alpha=0.1,0.6", "task.images.dirichlet_alpha "
+                        "is an axis of its own: use --dirichlet_alphas"),
+                       ("task.images.alpha=1,2", "config has no field 'task.images.alpha'")):
+        refused = sweep(tmp_path, *TINY, "--grid", flag, "--list")
+        assert refused.returncode == 2 and says in refused.stderr, refused.stderr
