@@ -140,14 +140,15 @@ def round_parts(config: dict, devices: int):
     run_plan = experiment.plan({**config, "num_devices": devices, "execution": "vmap",
                                 "chunk_size": None})
     config, n = run_plan.config, run_plan.client_slots
-    parts = run_plan.family.abstract(config, n)
-    algo = algorithms.get(config["algorithm"], parts.loss_fn, **run_plan.algorithm_kwargs,
+    parts = run_plan.data.family.abstract(config, n)
+    algo = algorithms.get(run_plan.algorithm.name, parts.loss_fn, **run_plan.algorithm.kwargs,
                           runtime=run_plan.runtime)
     params = jax.eval_shape(lambda key: parts.model.init(key, parts.input_shape),
                             jax.random.key(0))
     mask = np.ones(n, bool) if experiment.masked(run_plan) else None
-    sizes = np.ones(n, np.float32) if config["aggregation"] == "size" else None
-    inp = RoundInput(np.arange(n, dtype=np.int32), parts.batches, np.float32(config["local_lr"]),
+    sizes = np.ones(n, np.float32) if run_plan.algorithm.aggregation == "size" else None
+    inp = RoundInput(np.arange(n, dtype=np.int32), parts.batches,
+                     np.float32(run_plan.schedule.local_lr),
                      mask, parts.step_mask, sizes)
     return algo, params, inp, parts.steps, n
 

@@ -39,23 +39,23 @@ def build(run_plan, client_store=None, log=None) -> Experiment:
     round's compilation) with its time."""
     log = log or (lambda line: None)
     run_plan = run_plan if isinstance(run_plan, Plan) else plan(run_plan)
-    config = run_plan.config
-    store = client_store if config["client_store"] == "auto" and client_store else (
-        config["client_store"])
+    data, sampling = run_plan.data, run_plan.sampling
+    store = client_store if run_plan.store.kind == "auto" and client_store else (
+        run_plan.store.kind)
     if store == "host" and jax.process_count() > 1:
         fail_config("client_store", store, "host memory is one process's, and a client's row must "
                     "be readable by whichever process is dealt it: a multi-process run keeps its "
                     "clients on the device or on disk in the shared workdir (device, disk or auto)")
     began = time.perf_counter()
-    task = run_plan.family.build(config)
-    log(f"data ready: {config['dataset']} over {config['num_clients']:,} clients "
+    task = data.family.build(run_plan.config)
+    log(f"data ready: {data.dataset} over {sampling.num_clients:,} clients "
         f"({time.perf_counter() - began:.1f} s to load, decode and split)")
     if not isinstance(task, tasks.Task):
-        raise ValueError(f"config.dataset={config['dataset']!r}: its task family's build "
+        raise ValueError(f"config.dataset={data.dataset!r}: its task family's build "
                          f"returned {type(task).__name__}, not a tasks.Task")
-    algo = algorithms.get(config["algorithm"], task.loss_fn, runtime=run_plan.runtime,
-                          **run_plan.algorithm_kwargs)
-    key = jax.random.key(config["seed"])
+    algo = algorithms.get(run_plan.algorithm.name, task.loss_fn, runtime=run_plan.runtime,
+                          **run_plan.algorithm.kwargs)
+    key = jax.random.key(run_plan.schedule.seed)
     # the parameters' shapes (nothing allocated): every check below runs before the model is
     shapes = jax.eval_shape(lambda k: task.model.init(k, task.input_shape), key)
     state = costs.state_costs(algo, shapes)
@@ -65,7 +65,7 @@ def build(run_plan, client_store=None, log=None) -> Experiment:
         store, reason = _auto_on_cpu(run_plan)
     if store in ("device", "auto"):
         try:  # the whole [C, ...] tables on the device, and the round compiled around them
-            memory.check_memory(config, state)
+            memory.check_memory(run_plan, state)
             began = time.perf_counter()
             check_compiled_round(run_plan, algo, shapes, task)
             log(f"round compiled ({time.perf_counter() - began:.1f} s)")
@@ -87,27 +87,27 @@ def _auto_on_cpu(run_plan) -> tuple[str, str]:
     memory too: ("host", why) when a run samples fewer clients than C (rounds x N slots at
     most), so the [C, ...] tables would hold rows never written, while the host store
     keeps the sampled clients' rows only; ("auto", "") otherwise (decided by what fits)."""
-    config = run_plan.config
-    sampled = config["rounds"] * run_plan.client_slots
-    if (jax.default_backend() != "cpu" or jax.process_count() > 1
-            or sampled >= config["num_clients"]):
+    clients = run_plan.sampling.num_clients
+    sampled = run_plan.schedule.rounds * run_plan.client_slots
+    if jax.default_backend() != "cpu" or jax.process_count() > 1 or sampled >= clients:
         return "auto", ""
     return "host", (f"auto on CPU, where the device's tables are host memory too: at most "
-                    f"rounds x N = {sampled:,} of the {config['num_clients']:,} clients are "
+                    f"rounds x N = {sampled:,} of the {clients:,} clients are "
                     "sampled, and the host store keeps only their rows")
 
 
-def round_input(config, client_sizes, ids, mask, batches, step_mask, local_lr) -> RoundInput:
+def round_input(run_plan, client_sizes, ids, mask, batches, step_mask,
+                local_lr) -> RoundInput:
     """The round's RoundInput for the sampled ids: their sizes n_i when the server mean is
-    weighted by them (config.aggregation="size"), else a uniform mean."""
-    sizes = client_sizes[ids] if config["aggregation"] == "size" else None
+    weighted by them (plan.algorithm.aggregation="size"), else a uniform mean."""
+    sizes = client_sizes[ids] if run_plan.algorithm.aggregation == "size" else None
     return RoundInput(ids, batches, np.float32(local_lr), mask, step_mask, sizes)
 
 
 def masked(run_plan) -> bool:
     """Whether the run's rounds carry a slot mask (simulation._sample): Bernoulli |S|, or a
     fixed |S| padded to a multiple of the devices."""
-    return (run_plan.config["participation_mode"] == "bernoulli"
+    return (run_plan.sampling.mode == "bernoulli"
             or run_plan.client_slots != run_plan.expected_clients)
 
 
@@ -116,17 +116,17 @@ def first_round_input(run_plan, task: tasks.Task) -> RoundInput:
     (jax.ShapeDtypeStruct: nothing of the N x K x B input is built on the host before the
     compiled round is known to fit). The shapes come from one real client, the largest, so
     that masked epochs take their largest K; every slot real."""
-    config, n = run_plan.config, run_plan.client_slots
+    n = run_plan.client_slots
     largest = np.argsort(-np.asarray(task.client_sizes), kind="stable")
-    ids = largest[np.arange(n) % config["num_clients"]].astype(np.int32)
+    ids = largest[np.arange(n) % run_plan.sampling.num_clients].astype(np.int32)
     # a mask as the loop's rounds have one, else the first round would not reuse this compile
     mask = np.ones(n, bool) if masked(run_plan) else None
     one, step_mask = task.round_batches(ids[:1], np.random.default_rng(0))
     batches = jax.tree.map(lambda x: jax.ShapeDtypeStruct((n, *x.shape[1:]), x.dtype), one)
     if step_mask is not None:
         step_mask = np.ones((n, step_mask.shape[1]), bool)
-    return round_input(config, task.client_sizes, ids, mask, batches, step_mask,
-                       config["local_lr"])
+    return round_input(run_plan, task.client_sizes, ids, mask, batches, step_mask,
+                       run_plan.schedule.local_lr)
 
 
 def check_compiled_round(run_plan, algo, params, task) -> None:
@@ -134,8 +134,8 @@ def check_compiled_round(run_plan, algo, params, task) -> None:
     field, a run whose round does not fit the memory its devices have: XLA's own account
     per device against the device's limit (GPU/TPU), or, on CPU, devices x account against
     the host's available memory. params: arrays or their jax.ShapeDtypeStruct."""
-    config = run_plan.config
-    state = jax.eval_shape(lambda p: algo.init(p, config["num_clients"]), params)
+    clients = run_plan.sampling.num_clients
+    state = jax.eval_shape(lambda p: algo.init(p, clients), params)
     compiled = algo.lower(state, first_round_input(run_plan, task),
                                 jax.random.key(0)).compile()
     account = memory.round_memory(compiled)
@@ -145,10 +145,11 @@ def check_compiled_round(run_plan, algo, params, task) -> None:
     need = account["peak"] * (local if on_host else 1)
     if available is None or need <= available:
         return
-    field = ("num_clients" if account["arguments"] > account["temporaries"] else "batch_size")
+    field, value = (("num_clients", clients) if account["arguments"] > account["temporaries"]
+                    else ("batch_size", run_plan.data.batch_size))
     where = (f"{local} CPU devices share {available / 2**30:.1f} GiB" if on_host else
              f"a device holds {available / 2**30:.1f} GiB")
-    fail_config(field, config[field],
+    fail_config(field, value,
                 f"the compiled round needs {account['peak'] / 2**30:.1f} GiB per device (XLA: "
                 f"arguments {account['arguments'] / 2**30:.1f}, temporaries "
                 f"{account['temporaries'] / 2**30:.1f} GiB) and {where}; lower batch_size or the "

@@ -49,17 +49,18 @@ def host_memory():
         return None
 
 
-def check_memory(config, state: costs.StateCosts):
+def check_memory(run_plan, state: costs.StateCosts):
     """ValueError before any allocation when even the state alone cannot fit: every client's
     w_i and per-client extras (C x their bytes, from the state's shapes) plus four copies
     of the model."""
-    need = config["num_clients"] * state.per_client_bytes + 4 * 4 * state.d
+    clients, width = run_plan.sampling.num_clients, run_plan.data.model_width
+    need = clients * state.per_client_bytes + 4 * 4 * state.d
     available = available_memory()
     if available is not None and need > available:
-        field = "model_width" if config["model_width"] != 1.0 else "num_clients"
-        fail_config(field, config[field],
+        field, value = ("model_width", width) if width != 1.0 else ("num_clients", clients)
+        fail_config(field, value,
                     f"the federation needs at least {need / 2**30:.1f} GiB "
-                    f"({config['num_clients']} clients x {state.client_vectors} vectors x "
+                    f"({clients} clients x {state.client_vectors} vectors x "
                     f"d={state.d:,} parameters, "
                     f"{state.per_client_bytes:,} bytes a client) but {available / 2**30:.1f} GiB "
                     "are available")
@@ -77,14 +78,15 @@ def check_cohort_memory(run_plan, state: costs.StateCosts, device_error) -> None
 def check_round_input_size(run_plan, task: tasks.Task) -> None:
     """ValueError naming the field before a round input that cannot fit the host is built:
     N clients x K steps x B examples x (example + label + batch index bytes)."""
-    config, n = run_plan.config, run_plan.client_slots
-    need = n * task.steps * config["batch_size"] * task.example_bytes
+    data, n = run_plan.data, run_plan.client_slots
+    need = n * task.steps * data.batch_size * task.example_bytes
     available = host_memory()
     if available is not None and need > available // 2:
-        field = "local_steps" if config["local_steps"] else "local_epochs"
-        fail_config(field, config[field],
+        field, value = (("local_steps", data.local_steps) if data.local_steps
+                        else ("local_epochs", data.local_epochs))
+        fail_config(field, value,
                     f"a round's input needs {need / 2**30:.3g} GiB ({n} "
-                    f"clients x K={task.steps:,} steps x B={config['batch_size']} examples x "
+                    f"clients x K={task.steps:,} steps x B={data.batch_size} examples x "
                     f"{task.example_bytes} bytes) but the host has {available / 2**30:.1f} GiB "
                     "available (half of it may be used)")
 

@@ -102,19 +102,18 @@ def write_run_info(exp, config, workdir, log):
         "num_classes": exp.num_classes,
         "clients_per_round": exp.plan.expected_clients,
         "client_slots": exp.plan.client_slots,
-        "participation_mode": config["participation_mode"],
+        "participation_mode": exp.plan.sampling.mode,
         "local_steps": exp.steps_per_round, "backend": jax.default_backend(),
         "execution": exp.algorithm.runtime.execution,
         "num_devices": exp.algorithm.runtime.num_devices,
         "num_processes": jax.process_count(),
-        "costs": algorithms.REGISTRY[config["algorithm"]].costs._asdict()})
+        "costs": algorithms.REGISTRY[exp.plan.algorithm.name].costs._asdict()})
 
 
 def start_line(plan, workdir, recorded) -> str:
     """The run's first line: processes, devices, execution, client store, workdir."""
-    config = plan.config
     backend = jax.default_backend()
-    store = config["client_store"]
+    store = plan.store.kind
     if store == "auto":
         store = (f"{recorded} (as the run so far)" if recorded else
                  "auto (device if the tables and the compiled round fit: decided after "
@@ -122,7 +121,7 @@ def start_line(plan, workdir, recorded) -> str:
     return (f"fedinit_jax: {jax.process_count()} process(es), {len(jax.devices())} {backend} "
             f"device(s), the round on {plan.runtime.num_devices}; execution "
             f"{plan.runtime.execution}; client store {store}; "
-            f"{config['algorithm']} on {config['dataset']}, {config['rounds']} rounds; "
+            f"{plan.algorithm.name} on {plan.data.dataset}, {plan.schedule.rounds} rounds; "
             f"workdir {os.path.abspath(workdir)}")
 
 

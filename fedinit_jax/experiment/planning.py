@@ -1,6 +1,7 @@
-"""The Plan: a config checked once and what follows from it on this process's devices (the
-runtime, the client slots N, E|S|, the lr decay, the builder's arguments), which the build,
-its memory checks, the host loop, the sweep's cells and benchmarks/plan.py receive."""
+"""The Plan: a config checked once and what follows from it on this process's devices, one
+typed part per concern (the data, the algorithm, the runtime, the schedule, the sampling,
+the client store), which the build, its memory checks, the host loop, the sweep's cells and
+benchmarks/plan.py read instead of the config's strings."""
 from typing import Any, NamedTuple
 
 import jax
@@ -16,7 +17,29 @@ from fedinit_jax.experiment.config import (
 )
 from fedinit_jax.types import Runtime
 
-__all__ = ["Schedule", "Sampling", "Plan", "plan", "client_slots", "runtime", "num_devices"]
+__all__ = ["Data", "Algorithm", "Schedule", "Sampling", "Store", "Plan", "plan", "client_slots",
+           "runtime", "num_devices"]
+
+
+class Data(NamedTuple):
+    """The clients' data and a round's local work on it."""
+
+    dataset: str            # config.dataset
+    family: Any             # its tasks.Family (Family.build(config) loads and splits it)
+    fields: dict            # the family's own fields (config.task.<namespace>, tasks.own_fields)
+    model: str
+    model_width: float
+    batch_size: int         # B
+    local_epochs: int       # E (local_steps 0)
+    local_steps: int        # K > 0: K steps drawn from a client's data, else E epochs
+
+
+class Algorithm(NamedTuple):
+    """The algorithm a run builds (algorithms.get(name, loss_fn, **kwargs))."""
+
+    name: str
+    kwargs: dict            # the builder's arguments the config sets
+    aggregation: str        # the server's mean over S: uniform (1 / |S|) or size (n_i / n_S)
 
 
 class Schedule(NamedTuple):
@@ -44,17 +67,26 @@ class Sampling(NamedTuple):
     expected_clients: int   # E|S|, round(participation * C)
 
 
+class Store(NamedTuple):
+    """Where the per-client rows live and in which dtype (fedinit_jax/client_store/)."""
+
+    kind: str               # auto | device | host | disk (auto: decided by experiment.build)
+    dtype: str              # client_state_dtype: float32 | bfloat16 | float16
+
+
 class Plan(NamedTuple):
     """A config resolved once, before any data (plan(config)): what the build, its memory
     checks and the run loop receive instead of recomputing them from the config; the
-    config itself is kept for what identifies the run (config.json, resume)."""
+    config itself is kept for what identifies the run (config.json, resume) and for the
+    task family's build (Family.build(config))."""
 
     config: dict            # checked(): resolved and validated
-    family: Any             # the dataset's tasks.Family
+    data: Data
+    algorithm: Algorithm
     runtime: Runtime        # how the round runs: execution resolved, devices chosen
     schedule: Schedule
     sampling: Sampling
-    algorithm_kwargs: dict  # the algorithm builder's arguments
+    store: Store
 
     @property
     def client_slots(self) -> int:
@@ -75,8 +107,12 @@ def plan(config) -> Plan:
     sampling = Sampling(config["num_clients"], config["participation_mode"],
                         config["participation"], config["participation_draw"],
                         client_slots(config), expected_clients(config))
-    return Plan(config, tasks.family(config["dataset"]), runtime(config), schedule, sampling,
-                algorithm_kwargs(config))
+    data = Data(config["dataset"], tasks.family(config["dataset"]), tasks.own_fields(config),
+                config["model"], config["model_width"], config["batch_size"],
+                config["local_epochs"], config["local_steps"])
+    algorithm = Algorithm(config["algorithm"], algorithm_kwargs(config), config["aggregation"])
+    store = Store(config["client_store"], config["client_state_dtype"])
+    return Plan(config, data, algorithm, runtime(config), schedule, sampling, store)
 
 
 def client_slots(config) -> int:

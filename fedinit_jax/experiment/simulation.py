@@ -203,7 +203,7 @@ def _rounds(exp, config, state, clients, checkpointer, start, rows, out, primary
     seen_steps = set()  # the masked-epoch round lengths K compiled so far
     for t in range(start, rounds):
         fault("round_start", t + 1)
-        state, row = _train_round(exp, config, state, clients, t, root_key,
+        state, row = _train_round(exp, state, clients, t, root_key,
                                   checkpointer.latest_round(), log, seen_steps)
         if (t + 1) % schedule.eval_every == 0 or t + 1 == rounds:
             row.update(_evaluate(exp, state, clients))
@@ -291,7 +291,7 @@ def _sample(plan, t, log):
     return data.pad(ids, sampling.client_slots)
 
 
-def _train_round(exp, config, state, clients, t, root_key, last_checkpoint, log, seen_steps):
+def _train_round(exp, state, clients, t, root_key, last_checkpoint, log, seen_steps):
     """Round t (0-based): its inputs from (seed, t), the jitted round, the divergence guard."""
     t0 = time.perf_counter()
     schedule = exp.plan.schedule
@@ -304,7 +304,7 @@ def _train_round(exp, config, state, clients, t, root_key, last_checkpoint, log,
                                                      (ids, mask, batches, step_mask))
     _log_new_shape(step_mask, t, seen_steps, log)
     lr = np.float32(schedule.local_lr * schedule.local_lr_decay ** t)
-    round_input = experiment.round_input(config, exp.client_sizes, ids, mask, batches,
+    round_input = experiment.round_input(exp.plan, exp.client_sizes, ids, mask, batches,
                                          step_mask, lr)
     key = jax.random.fold_in(root_key, t)
     if clients is None:
