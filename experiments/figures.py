@@ -155,9 +155,6 @@ def curve_figures(runs, unfinished, out):
 
 FIGURE1_AXES = {"local_epochs": "local epochs E", "beta": "RI coefficient beta"}
 # Fig. 2's panels: (metrics field, title, y label, scale)
-
-
-# Fig. 2's panels: (metrics field, title, y label, scale)
 FIGURE2_PANELS = (("test_accuracy", "test accuracy", "test accuracy (%)", 100),
                   ("divergence", "sampled clients' divergence",
                    "mean_S ||w_iK - w^{t+1}||^2 (log)", 1),

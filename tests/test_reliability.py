@@ -253,7 +253,6 @@ def test_damaged_tfds_split_file(tmp_path, fault):
 # ------------------------------------------------------------------ Reliability II: the workdir
 
 
-
 def test_a_live_workdir_is_refused(tmp_path):
     from fedinit_jax.experiment import workdir
 

@@ -76,10 +76,7 @@ def checked(config) -> dict:
 
 
 SEED_MAX = 2**32 - 1  # numpy and jax.random.key take any seed up to this
-
-
 MAX_CLIENTS = 2**31 - 1  # client ids are int32 in a round's input and the compiled round
-
 
 
 def _number(config, field, *bounds, **kinds):

@@ -11,7 +11,6 @@ __all__ = ["check_client_arrays", "available_memory", "host_memory", "check_memo
            "check_cohort_memory", "check_round_input_size", "round_memory"]
 
 
-
 def check_client_arrays(config) -> None:
     """The host keeps C client sizes (int32) and a Bernoulli round with the per_client draw
     makes C uniforms (float64): refused naming num_clients when they cannot fit the host's

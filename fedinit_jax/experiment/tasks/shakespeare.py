@@ -17,7 +17,6 @@ from fedinit_jax.experiment.tasks import AbstractRound, Family, Task
 __all__ = ["TEXT_FILES_IN_SDIST", "load", "build", "check", "abstract", "FAMILY"]
 
 
-
 # fetch.SDIST's texts: 42 *_gut.txt files (37 plays with speaking roles, 1,108 roles)
 TEXT_FILES_IN_SDIST = 42
 
