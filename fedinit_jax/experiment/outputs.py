@@ -86,7 +86,7 @@ def write_run_info(exp, config, workdir, log):
         log("data: " + ", ".join(f"{k} {v}" for k, v in brief.items()))
     not_applicable = experiment.options_not_applicable(config)
     for field, value in not_applicable.items():
-        log(f"note: config.{field}={value!r} does not apply to {config['algorithm']} (its "
+        log(f"note: config.{field}={value!r} does not apply to {exp.plan.algorithm.name} (its "
             "server replaces w, it takes no step along an update); it changes nothing and is "
             "recorded as such in run_info.json")
     recorded = before.get("client_store", "device") if before else None
@@ -125,9 +125,9 @@ def start_line(plan, workdir, recorded) -> str:
             f"workdir {os.path.abspath(workdir)}")
 
 
-def log_summary(log, ending, done, config, seconds) -> None:
+def log_summary(log, ending, done, rounds, seconds) -> None:
     try:
-        log(summary_line(ending, done["rows"], done["start"], config["rounds"], seconds))
+        log(summary_line(ending, done["rows"], done["start"], rounds, seconds))
     except WriteError:
         pass  # the failure that ended the run is reported by the caller
 

@@ -88,7 +88,7 @@ def run(plan, workdir: str, *, log=print, progress=None, fault=None) -> list[dic
         distributed.agree(config, workdir)  # every process: the same run, before any work
         if not planned:
             plan = experiment.plan(config)  # validated, and what follows from it: once
-        primary = distributed.is_primary()
+        primary, rounds = distributed.is_primary(), plan.schedule.rounds
         if primary:  # a workdir in use: refused before loading and compiling
             workdir_lib.refuse_if_busy(workdir)
         early = workdir_lib.EarlyLog(log if primary else _silent)  # train.log's first lines
@@ -104,7 +104,7 @@ def run(plan, workdir: str, *, log=print, progress=None, fault=None) -> list[dic
         done = {"rows": [], "start": 0}  # what the summary line reports
         ending = "error"
         if train_log is not None:
-            stop.on_force = lambda words: outputs.log_summary(log, words, done, config,
+            stop.on_force = lambda words: outputs.log_summary(log, words, done, rounds,
                                                        time.perf_counter() - started)
         try:
             distributed.check_shared_workdir(workdir)
@@ -117,7 +117,7 @@ def run(plan, workdir: str, *, log=print, progress=None, fault=None) -> list[dic
         finally:
             if train_log is not None:
                 stop.on_force = None  # the summary is written: a forced exit adds none
-                outputs.log_summary(log, ending, done, config, time.perf_counter() - started)
+                outputs.log_summary(log, ending, done, rounds, time.perf_counter() - started)
                 train_log.close()
             if lock is not None:
                 lock.release()
