@@ -15,13 +15,24 @@ def _status_path(results, name):
 
 
 def recorded(results, name, config):
-    """The status file of the cell, when it was written for this config (else {})."""
+    """The status file of the cell, when it was written for this config (else {}): the
+    config it records, read as a config.json is (schema.upgrade, resolved), equals this one;
+    a status file that records only a digest (written before) matches the digest of this
+    config or of its schema-1 form."""
+    from fedinit_jax import experiment
+    from fedinit_jax.experiment import schema
+
     try:
         with open(_status_path(results, name)) as f:
             recorded = json.load(f)
-    except (OSError, ValueError):
+        if "run_config" in recorded:
+            same = experiment.resolve(schema.upgrade(recorded["run_config"])) == config
+        else:
+            same = recorded.get("config") in (fingerprint(config),
+                                               fingerprint(schema.as_version_1(config)))
+    except (OSError, ValueError, TypeError, AttributeError):
         return {}
-    return recorded if recorded.get("config") == fingerprint(config) else {}
+    return recorded if same else {}
 
 
 def cell_state(results: str, name: str, config: dict) -> tuple[str, str]:
@@ -57,6 +68,6 @@ def record(results, name, config, state, detail=""):
 
     os.makedirs(os.path.join(results, "sweep_status"), exist_ok=True)
     workdir_lib.write_json(_status_path(results, name), {
-        "state": state, "detail": detail, "config": fingerprint(config),
+        "state": state, "detail": detail, "run_config": config,
         "by": f"process {os.getpid()} on {socket.gethostname()}",
         "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})

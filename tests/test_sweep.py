@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, quiet_config
 
 TINY = ["--config.rounds=2", "--config.num_clients=8", "--config.participation=0.5",
         "--config.local_epochs=1", "--config.eval_every=1", "--algorithms=fedavg,fedinit"]
@@ -209,3 +209,24 @@ def test_a_grid_over_any_config_field(tmp_path):
                        ("task.images.alpha=1,2", "config has no field 'task.images.alpha'")):
         refused = sweep(tmp_path, *TINY, "--grid", flag, "--list")
         assert refused.returncode == 2 and says in refused.stderr, refused.stderr
+
+
+def test_a_cells_status_speaks_for_its_config_across_schema_versions(tmp_path):
+    """A status file records the cell's config (read as config.json is): it speaks for that
+    config only; one written by schema 1 (a digest of its form: image fields top-level) still
+    speaks for the same cell, so a diverged cell stays diverged after the upgrade."""
+    from experiments.cell_states import cell_state, record, recorded
+    from experiments.grid import fingerprint
+    from fedinit_jax import experiment
+    from fedinit_jax.experiment import schema
+
+    config = experiment.checked(quiet_config())
+    record(str(tmp_path), "a", config, "diverged", "round 3")
+    assert recorded(str(tmp_path), "a", config)["state"] == "diverged"
+    assert recorded(str(tmp_path), "a", {**config, "local_lr": 0.05}) == {}
+    assert cell_state(str(tmp_path), "a", config) == ("diverged", "round 3")
+    legacy = {"state": "diverged", "detail": "round 5",
+              "config": fingerprint(schema.as_version_1(config))}
+    (tmp_path / "sweep_status" / "b.json").write_text(json.dumps(legacy))
+    assert cell_state(str(tmp_path), "b", config) == ("diverged", "round 5")
+    assert cell_state(str(tmp_path), "b", {**config, "seed": 1}) == ("not started", "")

@@ -15,7 +15,7 @@ compares it as when it was written:
 """
 from fedinit_jax.experiment import tasks
 
-__all__ = ["VERSION", "FIELD", "ADDED_IN_1", "IMAGE_FIELDS_1", "upgrade", "stamp"]
+__all__ = ["VERSION", "FIELD", "ADDED_IN_1", "IMAGE_FIELDS_1", "upgrade", "stamp", "as_version_1"]
 
 VERSION = 2
 FIELD = "schema_version"
@@ -55,6 +55,23 @@ def stamp(config) -> dict:
     """A config of today's form (a ConfigDict's dict, or already recorded) with its
     schema_version: upgraded when it holds an older one."""
     return upgrade(config) if FIELD in config else {**config, FIELD: VERSION}
+
+
+def as_version_1(config) -> dict:
+    """A resolved config as schema 1 recorded it (its image fields top-level, at their
+    defaults for another family, no schema_version): what a digest written then (a sweep's
+    status file) was taken of.
+
+    Args:
+      config: a resolved config of today's schema.
+    Returns:
+      A new dict in schema 1's form.
+    """
+    old = {k: v for k, v in config.items() if k != FIELD}
+    task = dict(old.get("task") or {})
+    images = {**tasks.namespace_family(tasks.IMAGES).fields, **task.pop(tasks.IMAGES, {})}
+    old.update(images, task=task)
+    return old
 
 
 def _from_1(config: dict) -> dict:
