@@ -75,13 +75,16 @@ def finished(run: Run) -> bool:
 def label_variants(runs) -> list[Run]:
     """Runs of one (method, setting) whose configs differ in a field other than the seed (and
     NOT_IDENTITY) are different experiments: each gets config['_variant'], e.g.
-    'local_lr=0.05', which method() shows, so they are never merged as seeds."""
+    'local_lr=0.05' (a family's field by its dotted name: 'task.images.client_noise=0.1'),
+    which method() shows, so they are never merged as seeds."""
+    from fedinit_jax.experiment import flat_fields
+
     groups = {}
     for run in runs:
         groups.setdefault((method(run.config), setting(run.config)), []).append(run)
     out = []
     for group in groups.values():
-        identities = [{k: v for k, v in r.config.items() if k not in NOT_IDENTITY}
+        identities = [{k: v for k, v in flat_fields(r.config).items() if k not in NOT_IDENTITY}
                       for r in group]
         differing = sorted({k for ident in identities for k in ident
                             if any(other.get(k) != ident.get(k) for other in identities)})

@@ -221,3 +221,16 @@ def test_two_workdirs_of_one_run_keep_one_and_name_the_other(two_folders, tmp_pa
     text = report(two_folders, str(tmp_path / "out"), window=3, last=3)
     left_out = text.split("Left out, the same method, setting and seed as a run kept: ")[1]
     assert left_out.startswith("sweep_a/zz_again (kept: sweep_a/")
+
+
+def test_a_variant_in_a_familys_field_is_named_by_its_dotted_name(tmp_path):
+    """Two runs of one method and split that differ in the image family's client_noise
+    (recorded top-level by schema 1) are two experiments, named by the field's path."""
+    for name, seed, noise in (("plain", 0, 0.0), ("noisy", 1, 0.1)):
+        write_run(tmp_path / "r" / name, "fedavg", 0.0, seed, [0.1, 0.2])
+        path = tmp_path / "r" / name / "config.json"
+        json.dump({**json.load(open(path)), "client_noise": noise}, open(path, "w"))
+    labels = sorted(results.method(r.config)
+                    for r in results.label_variants(results.find_runs([str(tmp_path / "r")])))
+    assert labels == ["FedAvg (task.images.client_noise=0.0)",
+                      "FedAvg (task.images.client_noise=0.1)"]

@@ -13,7 +13,8 @@ from fedinit_jax.federated_round import CLIENT_STATE_DTYPES, DELTA_FROM, FIRST_V
 
 __all__ = ["OPTIONS", "saved_config", "resolve", "AGGREGATIONS",
            "checked", "SEED_MAX", "MAX_CLIENTS", "accepted_hparams", "validate",
-           "expected_clients", "algorithm_kwargs", "options_not_applicable", "local_lr_decay"]
+           "expected_clients", "algorithm_kwargs", "options_not_applicable", "local_lr_decay",
+           "flat_fields"]
 
 # algorithm hyperparameters a config may set (None = the registry's default)
 OPTIONS = ("delta_from", "weight_decay", "clip_norm", "first_visit", "ri_offset")
@@ -24,6 +25,18 @@ def saved_config(path: str) -> dict:
     added since at their "as before" value), resolved: what resuming it means, and what a
     report compares."""
     return resolve(schema.upgrade(workdir.read_json(path)))
+
+
+def flat_fields(config, prefix: str = "") -> dict:
+    """{dotted field: value} of a nested config (task.images.dirichlet_alpha: 0.1); an empty
+    dict stays a value, so a namespace present in one config only is a difference."""
+    flat = {}
+    for key, value in config.items():
+        if isinstance(value, dict) and value:
+            flat.update(flat_fields(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def _task_fields(config) -> dict:

@@ -55,9 +55,9 @@ def rounds_done(workdir: str, config: dict) -> int:
         raise WorkdirError(f"workdir={workdir!r} holds {done} rounds but no config.json, and "
                            "no checkpoint records its config: which config made them is "
                            "unknown; restore config.json, or use a new workdir")
-    new = _flat(config)
+    new = experiment.flat_fields(config)
     for source, old in saved:
-        old = _flat(old)
+        old = experiment.flat_fields(old)
         diff = sorted(k for k in set(old) | set(new)
                       if k not in RESUMABLE_CHANGES and old.get(k) != new.get(k))
         if diff:
@@ -66,18 +66,6 @@ def rounds_done(workdir: str, config: dict) -> int:
                                f"({details}; by {source}); use a new workdir or the same "
                                "config to resume")
     return done
-
-
-def _flat(config: dict, prefix: str = "") -> dict:
-    """{dotted field: value} of a nested config (task.images.dirichlet_alpha: 0.1); an empty
-    dict stays a value, so a namespace present in one config only is a difference."""
-    flat = {}
-    for key, value in config.items():
-        if isinstance(value, dict) and value:
-            flat.update(_flat(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def finished_rounds(workdir: str, config: dict) -> int:
