@@ -9,14 +9,33 @@ from absl import flags
 from experiments import exit_codes
 
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+# how long a collective between XLA CPU devices waits for all of them before XLA aborts the
+# process (XLA's default: 40 s); a device thread starved on an oversubscribed host (other
+# jobs, nice) arrives late, and a run must not die of it
+COLLECTIVE_TIMEOUT_FLAG = "--xla_cpu_collective_call_terminate_timeout_seconds"
+COLLECTIVE_TIMEOUT_SECONDS = 600
+
+
+def cores() -> int:
+    """The cores this process may run on (its affinity: taskset, a cpuset, a batch
+    scheduler's binding), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # no affinity on this platform
+        return os.cpu_count() or 1
 
 
 def use_all_cpu_cores():
-    """Ask XLA for one CPU device per core (unless XLA_FLAGS already sets a count), so that
-    sharded client execution keeps every core busy. Must run before JAX is imported."""
+    """Ask XLA for one CPU device per core this process may use (unless XLA_FLAGS already
+    sets a count), so that sharded client execution keeps every core busy, and let the
+    collectives between those devices wait COLLECTIVE_TIMEOUT_SECONDS for a starved one
+    (unless set). Must run before JAX is imported."""
     flags_now = os.environ.get("XLA_FLAGS", "")
     if DEVICE_COUNT_FLAG not in flags_now:
-        os.environ["XLA_FLAGS"] = f"{flags_now} {DEVICE_COUNT_FLAG}={os.cpu_count() or 1}".strip()
+        flags_now = f"{flags_now} {DEVICE_COUNT_FLAG}={cores()}"
+    if COLLECTIVE_TIMEOUT_FLAG not in flags_now:
+        flags_now = f"{flags_now} {COLLECTIVE_TIMEOUT_FLAG}={COLLECTIVE_TIMEOUT_SECONDS}"
+    os.environ["XLA_FLAGS"] = flags_now.strip()
 
 
 def one_line(err: BaseException) -> str:

@@ -183,3 +183,22 @@ def test_a_compiled_round_that_cannot_fit_its_devices_is_refused(tmp_path, monke
                    progress=False)
     assert any(line.startswith("client store: host (not on the device: config.num_clients=8")
                for line in logged), logged
+
+
+def test_the_binaries_ask_one_cpu_device_per_core_they_may_use(monkeypatch):
+    """XLA CPU devices = the cores of the process's affinity (taskset, a cpuset), not the
+    machine's: with one core two devices' collectives could only take turns; and a device
+    thread starved by other jobs gets COLLECTIVE_TIMEOUT_SECONDS, not XLA's 40 s abort.
+    A count or a timeout in XLA_FLAGS is kept."""
+    from experiments import cli
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})
+    monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=0")
+    cli.use_all_cpu_cores()
+    assert os.environ["XLA_FLAGS"].split() == [
+        "--xla_backend_optimization_level=0", f"{cli.DEVICE_COUNT_FLAG}=1",
+        f"{cli.COLLECTIVE_TIMEOUT_FLAG}={cli.COLLECTIVE_TIMEOUT_SECONDS}"]
+    given = f"{cli.DEVICE_COUNT_FLAG}=4 {cli.COLLECTIVE_TIMEOUT_FLAG}=90"
+    monkeypatch.setenv("XLA_FLAGS", given)
+    cli.use_all_cpu_cores()
+    assert os.environ["XLA_FLAGS"] == given
