@@ -11,7 +11,10 @@ import tempfile
 # (benchmarks/RESULTS.md, "Test suite"). It changes no semantics: results agree to float
 # rounding, as between any two
 # compilations that fuse differently; what users run is compiled at the default level.
-TEST_XLA_FLAGS = "--xla_backend_optimization_level=0"
+# A collective between the suite's CPU devices waits 600 s for a device thread that the
+# busy test machine starves (XLA's default: abort the process after 40 s), as the binaries'.
+TEST_XLA_FLAGS = ("--xla_backend_optimization_level=0 "
+                  "--xla_cpu_collective_call_terminate_timeout_seconds=600")
 
 
 def xla_flags(devices: int) -> str:
