@@ -615,3 +615,14 @@ def test_a_train_loss_that_runs_away_ends_the_run_diverged(tmp_path, monkeypatch
         simulation.run(quiet_config(rounds=8, eval_every=4), str(tmp_path), **QUIET)
     assert len(rows(tmp_path)) == 6
     assert "summary: diverged; round 6/8" in (tmp_path / "train.log").read_text()
+
+
+def test_a_schema_1_config_passed_as_todays_is_refused_not_read_with_the_default_split():
+    """A config.json of schema 1 handed to the run as if it were today's would lose its
+    top-level split fields silently: it is refused, naming the field and how to read it."""
+    old = _schema_1(experiment.resolve({**BASE, "task": {"images": {
+        **BASE["task"]["images"], "dirichlet_alpha": 0.6}}}))
+    with pytest.raises(ValueError, match=r"config.partition: a field of schema 1 \(today: "
+                                         r"config.task.images.partition\)"):
+        experiment.checked(old)
+    assert experiment.checked(schema.upgrade(old))["task"]["images"]["dirichlet_alpha"] == 0.6

@@ -53,8 +53,21 @@ def upgrade(recorded) -> dict:
 
 def stamp(config) -> dict:
     """A config of today's form (a ConfigDict's dict, or already recorded) with its
-    schema_version: upgraded when it holds an older one."""
-    return upgrade(config) if FIELD in config else {**config, FIELD: VERSION}
+    schema_version: upgraded when it holds an older one.
+
+    Raises:
+      ValueError: it holds a field of schema 1's form (a top-level image field) without a
+        schema_version: a config.json of schema 1 read as if it were today's, whose split
+        would silently be the default one (read it with experiment.saved_config).
+    """
+    if FIELD in config:
+        return upgrade(config)
+    old = [f for f in IMAGE_FIELDS_1 if f in config]
+    if old:
+        raise ValueError(f"config.{old[0]}: a field of schema 1 (today: config.task."
+                         f"{tasks.IMAGES}.{old[0]}); a config.json written before is read "
+                         "with experiment.saved_config(path), or schema.upgrade(config)")
+    return {**config, FIELD: VERSION}
 
 
 def as_version_1(config) -> dict:
