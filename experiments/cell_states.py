@@ -16,7 +16,7 @@ def _status_path(results, name):
 
 def recorded(results, name, config):
     """The status file of the cell, when it was written for this config (else {}): the
-    config it records, read as a config.json is (schema.upgrade, resolved), equals this one;
+    config it records, read as a config.json is (experiment.read_recorded), equals this one;
     a status file that records only a digest (written before) matches the digest of this
     config or of its schema-1 form."""
     from fedinit_jax import experiment
@@ -26,7 +26,7 @@ def recorded(results, name, config):
         with open(_status_path(results, name)) as f:
             recorded = json.load(f)
         if "run_config" in recorded:
-            same = experiment.resolve(schema.upgrade(recorded["run_config"])) == config
+            same = experiment.read_recorded(recorded["run_config"]) == config
         else:
             same = recorded.get("config") in (fingerprint(config),
                                                fingerprint(schema.as_version_1(config)))

@@ -20,7 +20,8 @@ import numpy as np
 from fedinit_jax.types import FederatedAlgorithm, FedState, RoundInput
 
 __all__ = ["FLOAT32_MAX", "fail", "fail_config", "check_choice", "check_number", "require",
-           "check_beta", "check_structure", "check_state", "check_round_input", "check_static", "check_inputs"]
+           "check_beta", "check_structure", "check_state", "check_round_input", "check_static",
+           "check_inputs"]
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 

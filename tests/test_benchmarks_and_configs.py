@@ -113,7 +113,8 @@ def test_the_cross_device_presets_load():
     from experiments.configs import cross_device
 
     c10 = cross_device.get_config("cifar10-dir0.6")
-    assert (c10.num_clients, c10.participation, c10.task.images.dirichlet_alpha) == (1000, 0.01, 0.6)
+    assert (c10.num_clients, c10.participation,
+            c10.task.images.dirichlet_alpha) == (1000, 0.01, 0.6)
     assert cross_device.get_config().num_clients == 1_000_000
     with pytest.raises(ValueError, match="cross_device preset 'nosuch'"):
         cross_device.get_config("nosuch")

@@ -57,7 +57,8 @@ def test_every_cell_finished_with_its_config():
         config = _finished_config(os.path.join(RESULTS, name))
         assert (config["model"], config["model_width"], config["num_clients"],
                 config["participation"], config["batch_size"]) == ("cnn", 0.25, 100, 0.1, 50)
-        assert f"-s{config['seed']}" in name and f"-dir{config['task']['images']['dirichlet_alpha']:g}-" in name
+        alpha = config["task"]["images"]["dirichlet_alpha"]
+        assert f"-s{config['seed']}" in name and f"-dir{alpha:g}-" in name
 
 
 def _assert_accuracy_tables_in(text, document):

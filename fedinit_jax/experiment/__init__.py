@@ -39,6 +39,7 @@ from fedinit_jax.experiment.config import (
     flat_fields,
     local_lr_decay,
     options_not_applicable,
+    read_recorded,
     resolve,
     saved_config,
     validate,
@@ -49,7 +50,9 @@ from fedinit_jax.experiment.planning import Plan, client_slots, num_devices, pla
 __all__ = [
     "AGGREGATIONS", "MAX_CLIENTS", "OPTIONS", "SEED_MAX",
     "Experiment", "Plan", "accepted_hparams", "algorithm_kwargs", "available_memory", "build",
-    "check_compiled_round", "checked", "client_slots", "expected_clients", "first_round_input", "flat_fields",
+    "check_compiled_round", "checked", "client_slots", "expected_clients", "first_round_input",
+    "flat_fields",
     "host_memory", "local_lr_decay", "masked", "num_devices", "options_not_applicable", "plan",
-    "resolve", "round_input", "round_memory", "runtime", "saved_config", "validate",
+    "read_recorded", "resolve", "round_input", "round_memory", "runtime", "saved_config",
+    "validate",
 ]

@@ -11,7 +11,7 @@ from fedinit_jax.experiment import schema, tasks, workdir
 from fedinit_jax.experiment.memory import check_client_arrays
 from fedinit_jax.federated_round import CLIENT_STATE_DTYPES, DELTA_FROM, FIRST_VISIT, RI_OFFSETS
 
-__all__ = ["OPTIONS", "saved_config", "resolve", "AGGREGATIONS",
+__all__ = ["OPTIONS", "read_recorded", "saved_config", "resolve", "AGGREGATIONS",
            "checked", "SEED_MAX", "MAX_CLIENTS", "accepted_hparams", "validate",
            "expected_clients", "algorithm_kwargs", "options_not_applicable", "local_lr_decay",
            "flat_fields"]
@@ -20,11 +20,16 @@ __all__ = ["OPTIONS", "saved_config", "resolve", "AGGREGATIONS",
 OPTIONS = ("delta_from", "weight_decay", "clip_norm", "first_visit", "ri_offset")
 
 
+def read_recorded(recorded) -> dict:
+    """A config as it was recorded (config.json, a checkpoint's metadata, a sweep's status
+    file) in today's form (schema.upgrade: every value as recorded, fields added since at
+    their "as before" value), resolved: what resuming it means, and what a report compares."""
+    return resolve(schema.upgrade(recorded))
+
+
 def saved_config(path: str) -> dict:
-    """A run's config.json in today's form (schema.upgrade: every value as recorded, fields
-    added since at their "as before" value), resolved: what resuming it means, and what a
-    report compares."""
-    return resolve(schema.upgrade(workdir.read_json(path)))
+    """A run's config.json read as recorded (read_recorded)."""
+    return read_recorded(workdir.read_json(path))
 
 
 def flat_fields(config, prefix: str = "") -> dict:

@@ -9,7 +9,6 @@ import os
 
 from fedinit_jax import experiment
 from fedinit_jax.experiment import checkpoint as checkpoint_lib
-from fedinit_jax.experiment import schema
 from fedinit_jax.experiment import workdir as workdir_lib
 from fedinit_jax.experiment.workdir import WorkdirError, read_metrics
 
@@ -50,7 +49,7 @@ def rounds_done(workdir: str, config: dict) -> int:
     recorded = checkpoint_lib.saved_config(workdir)
     if recorded is not None:
         saved.append(("its newest checkpoint",
-                      experiment.resolve(schema.upgrade(recorded))))
+                      experiment.read_recorded(recorded)))
     if not saved:
         raise WorkdirError(f"workdir={workdir!r} holds {done} rounds but no config.json, and "
                            "no checkpoint records its config: which config made them is "
