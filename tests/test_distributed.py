@@ -100,6 +100,7 @@ def test_two_processes_stop_together_resume_and_equal_one(tmp_path, one_process)
     assert {r["clients"] for r in one_process} != {8}  # Bernoulli rounds really were padded
 
 
+@pytest.mark.slow  # ~12 s: exit 5 with one line is covered by the dead peer below
 def test_a_missing_peer_ends_the_run_with_one_line_and_exit_5(tmp_path):
     """Process 0 alone: after --distributed_timeout it says who is missing, exit 5."""
     (proc,) = _launch(tmp_path, "--config.rounds=2", "--distributed_timeout=1", processes=(0,))

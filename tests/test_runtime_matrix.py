@@ -56,6 +56,7 @@ def test_runtime_matrix(shard):
     assert result["ran"] == expected and result["failures"] == [], result["failures"]
 
 
+@pytest.mark.slow  # ~20 s: the two-process test runs the binary with Bernoulli on 4 devices
 def test_binaries_with_bernoulli_and_vmap_on_2_and_4_devices(tmp_path):
     """The presets' own setting (Bernoulli, vmap) through the run loop on 2 and 4 devices,
     digits and Shakespeare (masked epochs): the same metrics to float32 rounding (one device

@@ -53,9 +53,11 @@ def _metrics_bytes(workdir):
                    + "\n" for line in open(os.path.join(workdir, "metrics.jsonl")))
 
 
+# the in-process faults (test_reliability.py::test_a_fault_at_each_point_then_resume) cover every
+# point of the loop; a real SIGKILL runs once by default, at each point with `pytest -m slow`
 @pytest.mark.parametrize("point, at", [
-    ("round_start", 1),  # inside the first round: nothing finished yet
-    ("eval", 4),         # during an evaluation, one round after the round-3 checkpoint
+    pytest.param("round_start", 1, marks=pytest.mark.slow),  # inside the first round
+    pytest.param("eval", 4, marks=pytest.mark.slow),  # evaluating, a round after the checkpoint
     ("round_start", 6),  # between checkpoints: rounds 4 and 5 done, the checkpoint is at 3
 ])
 def test_sigkill_inside_a_round_then_resume_is_bit_identical(tmp_path, uninterrupted, point, at):
@@ -111,17 +113,20 @@ def test_bad_config_is_named_before_anything_is_written(tmp_path, change, field)
     (["--config=/nonexistent.py"], "/nonexistent.py"),
     (["--config={bad}"], "line 1: invalid syntax"),
     (["--config=experiments/configs/paper.py:nosuch"], "paper preset 'nosuch'"),
-    (["--config=experiments/configs/default.py", "--config.rounds=0"], "config.rounds"),
-    (["--config=experiments/configs/default.py", "--config.dataset=cifar10",
-      "--config.data_dir=/nonexistent"], "/nonexistent"),
+    # a config error in the run: also refused in-process above, so slow here
+    pytest.param(["--config=experiments/configs/default.py", "--config.rounds=0"],
+                 "config.rounds", marks=pytest.mark.slow),
+    pytest.param(["--config=experiments/configs/default.py", "--config.dataset=cifar10",
+                  "--config.data_dir=/nonexistent"], "/nonexistent", marks=pytest.mark.slow),
     (["--config=experiments/configs/default.py", "--config", "experiments/configs/paper.py"],
      "--config given 2 times"),
     (["--config=experiments/configs/default.py", "--distributed",
       "--distributed_timeout=2147483648"], "--distributed_timeout=2147483648: must be in"),
     (["--config=experiments/configs/cross_device.py", "--config.num_clients=0"],
      "--config.num_clients=0: num_clients must be at least 1"),
-    (["--config=experiments/configs/cross_device.py", "--config.num_clients=5000000000"],
-     "config.num_clients=5000000000: must be <= 2147483647"),
+    pytest.param(["--config=experiments/configs/cross_device.py",
+                  "--config.num_clients=5000000000"],
+                 "config.num_clients=5000000000: must be <= 2147483647", marks=pytest.mark.slow),
     (["--config=experiments/configs/default.py", "--config.local_steps=3",
       "--config.local_epochs=4"], "--config.local_epochs=4 with config.local_steps=3"),
 ])
