@@ -35,6 +35,7 @@ def test_gpu_script_dry_run(tmp_path):
     assert ratio["| donated"] < ratio["| not donated"]  # no second copy of the state
 
 
+@pytest.mark.slow  # ~8 s: `pytest -m slow` before changing benchmarks/profile_ops.py
 def test_profile_ops_smoke():
     result = subprocess.run([sys.executable, "benchmarks/profile_ops.py", "--model", "cnn",
                              "--convs", "auto", "--steps", "1", "--batch", "2"], cwd=ROOT,

@@ -160,8 +160,9 @@ def _same(got, want):
         assert a == b
 
 
-@pytest.mark.parametrize("store, point", [
-    ("host", "rows_saved:4"), ("disk", "metrics_written:3"), ("disk", "checkpoint_saved:2")])
+@pytest.mark.parametrize("store, point", [  # each store at each point: test_store_durability.py
+    pytest.param("host", "rows_saved:4", marks=pytest.mark.slow),
+    pytest.param("disk", "metrics_written:3", marks=pytest.mark.slow), ("disk", "checkpoint_saved:2")])
 def test_the_loop_with_a_store_resumes_exactly_after_a_fault(tmp_path, device_rows, store,
                                                              point):
     from conftest import fault_then_resume, quiet_config, rows, without_timing

@@ -52,6 +52,7 @@ def test_cnn_gradients_equal_across_conv_implementations(conv):  # ResNet: below
         assert float(jnp.max(jnp.abs(a - b))) / scale < 1e-4
 
 
+@pytest.mark.slow  # ~8 s: every stride and padding of ResNet is in test_matmul_convs_match_stock
 def test_im2col_resnet_gradients_equal_stock_in_float64():
     """The whole ImageNet-stem ResNet-18-GN: im2col's gradients equal XLA's convolution's in
     float64: the same function, so any float32 gap is rounding (in float32 both are ~1.5e-6

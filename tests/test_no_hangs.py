@@ -113,7 +113,8 @@ def test_a_signal_after_the_last_round_leaves_the_run_done(tmp_path):
     assert "summary: done; round 4/4" in (tmp_path / "train.log").read_text().splitlines()[-1]
 
 
-@pytest.mark.parametrize("field", ["local_epochs", "local_steps"])
+@pytest.mark.parametrize("field", [  # one check, reached from either field (the other: -m slow)
+    pytest.param("local_epochs", marks=pytest.mark.slow), "local_steps"])
 def test_a_round_input_too_large_for_the_host_is_refused_before_the_workdir(tmp_path, field):
     result = train(tmp_path / "run", f"--config.{field}=1000000000000")
     assert result.returncode == 2, result.stderr

@@ -49,6 +49,7 @@ def test_a_fault_at_each_point_then_resume(tmp_path, small_reference, point):
     assert without_timing(rows(tmp_path)) == small_reference
 
 
+@pytest.mark.slow  # ~10 s: a cut write's folder in-process below (test_a_cut_checkpoint_write_...)
 def test_sigkill_during_checkpoint_write(tmp_path, reference):
     """Kill while orbax's temporary checkpoint directory exists (mid-write), then resume."""
     proc = train(tmp_path, *SLOW, wait=False)
@@ -354,7 +355,8 @@ class _FullDisk:
         return getattr(self._file, name)
 
 
-@pytest.mark.parametrize("target", ["metrics", "tensorboard", "checkpoint"])
+@pytest.mark.parametrize("target", [  # one handler for the three writes; TensorBoard's: -m slow
+    "metrics", pytest.param("tensorboard", marks=pytest.mark.slow), "checkpoint"])
 def test_a_failed_write_ends_the_run_with_one_line(tmp_path, monkeypatch, target):
     """The third write of metrics / TensorBoard / a checkpoint fails with ENOSPC."""
     from tensorboardX.event_file_writer import EventsWriter

@@ -213,7 +213,7 @@ def test_a_fallback_to_an_older_checkpoint_restores_its_rows(tmp_path, killed, u
     assert sorted(row_deltas.delta_rounds(str(workdir / "client_rows"))) == [2, 4, 6]
 
 
-@pytest.mark.parametrize("store", ["host", "disk"])
+@pytest.mark.parametrize("store", [pytest.param("host", marks=SLOW), "disk"])
 def test_bfloat16_rows_resume(tmp_path, store):
     """bfloat16 client state: deltas keep its bits (np.savez wrote it as raw void, which no
     rerun could read); a run extended from 4 to 6 rounds equals an uninterrupted one."""
