@@ -162,7 +162,8 @@ def _same(got, want):
 
 @pytest.mark.parametrize("store, point", [  # each store at each point: test_store_durability.py
     pytest.param("host", "rows_saved:4", marks=pytest.mark.slow),
-    pytest.param("disk", "metrics_written:3", marks=pytest.mark.slow), ("disk", "checkpoint_saved:2")])
+    pytest.param("disk", "metrics_written:3", marks=pytest.mark.slow),
+    ("disk", "checkpoint_saved:2")])
 def test_the_loop_with_a_store_resumes_exactly_after_a_fault(tmp_path, device_rows, store,
                                                              point):
     from conftest import fault_then_resume, quiet_config, rows, without_timing
