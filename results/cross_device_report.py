@@ -19,33 +19,49 @@ import os
 import statistics as st
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from experiments import results as R  # noqa: E402
 from experiments.figures import aligned_curves  # noqa: E402
+from fedinit_jax.experiment import stopping  # noqa: E402
 
 ORDER = ("fedavg", "fedinit-model", "fedinit-model-init", "fedinit-start", "fedinit-next",
          "fedinit-drift", "fedinit-momentum", "scaffold", "scaffold-next", "scaffold-momentum")
 
 
-def cells(folder):
-    """{method: [(seed, run, ended)]} of the folder's <method>-s<seed> workdirs."""
+def cells(folder, rounds=None):
+    """{method: [(seed, run, ended)]} of the folder's <method>-s<seed> workdirs (a workdir may
+    be a symbolic link to a cell of another study).
+
+    With `rounds`, every run is read as if it ended there (its rows after it left out), so runs
+    of different lengths compare at one round. A run ends `done` (it reached its last round),
+    `diverged at R` (its train.log's summary says so), `diverged at R*` (it predates the
+    runaway rule, fedinit_jax.experiment.stopping.runaway, and its recorded train losses meet
+    it at round R: its rows after R are left out, as the rule would have stopped it there) or
+    `unfinished at R` (stopped before its end)."""
     out = {}
     for path in sorted(glob.glob(os.path.join(folder, "*-s[0-9]*"))):
         if not os.path.exists(os.path.join(path, "metrics.jsonl")):
             continue
         name, seed = os.path.basename(path).rsplit("-s", 1)
         run = R.find_runs([path])[0]
+        end = min(run.config["rounds"], rounds or run.config["rounds"])
+        rows = [r for r in run.rows if r["round"] <= end]
         log = os.path.join(path, "train.log")
         last = open(log).read().strip().splitlines()[-1] if os.path.exists(log) else ""
-        if run.rows[-1]["round"] == run.config["rounds"]:
+        losses = [r["train_loss"] for r in rows]
+        runaway = None if ("summary: diverged" in last or max(losses) <= stopping.RUNAWAY_FACTOR
+                           * min(losses)) else next(
+            (i for i in range(1, len(rows) + 1) if stopping.runaway(rows[:i])), None)
+        if runaway is not None:
+            rows = rows[:runaway]
+            ended = f"diverged at {rows[-1]['round']}*"
+        elif rows[-1]["round"] == end:
             ended = "done"
         elif "summary: diverged" in last:
-            ended = f"diverged at {run.rows[-1]['round']}"
+            ended = f"diverged at {rows[-1]['round']}"
         else:
-            ended = f"unfinished at {run.rows[-1]['round']}"
-        out.setdefault(name, []).append((int(seed), run, ended))
+            ended = f"unfinished at {rows[-1]['round']}"
+        out.setdefault(name, []).append((int(seed), run._replace(rows=rows), ended))
     return dict(sorted(out.items(), key=lambda kv: (
         ORDER.index(kv[0]) if kv[0] in ORDER else len(ORDER), kv[0])))
 
@@ -63,8 +79,8 @@ def final_loss(run):
     return st.mean(r["train_loss"] for r in run.rows[-20:])
 
 
-def table(folder, target, window, last):
-    groups = cells(folder)
+def table(folder, target, window, last, rounds=None):
+    groups = cells(folder, rounds)
     fields = sorted({k for runs in groups.values() for _, run, _ in runs for r in run.rows
                      for k in r if k.startswith("test_accuracy")})
     base = [final_loss(run) for _, run, ended in groups.get("fedavg", []) if ended == "done"]
@@ -143,15 +159,20 @@ def main():
     parser.add_argument("--target", type=float, default=0.45)
     parser.add_argument("--window", type=int, default=3)
     parser.add_argument("--last", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="read every run as if it ended at this round")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     parts = []
     for folder in args.folders:
         name = os.path.basename(os.path.normpath(folder))
-        text, groups = table(folder, args.target, args.window, args.last)
+        text, groups = table(folder, args.target, args.window, args.last, args.rounds)
         figure(groups, os.path.join(args.out, f"{name}_curves.png"), name)
+        upto = f" Every run read to round {args.rounds}." if args.rounds else ""
+        starred = ("\n\n\\* diverged by the runaway rule applied to the recorded metrics (the "
+                   "run predates the rule)." if "*" in text else "")
         parts.append(f"## {name}\n\nFinal: moving average over {args.window} evaluations, max "
-                     f"over the last {args.last} rounds.\n\n{text}\n\n![{name}]({name}_curves.png)")
+                     f"over the last {args.last} rounds.{upto}\n\n{text}{starred}\n\n![{name}]({name}_curves.png)")
     with open(os.path.join(args.out, "report.md"), "w") as f:
         f.write("\n\n".join(parts) + "\n")
     print("\n\n".join(parts))

@@ -1,0 +1,71 @@
+"""The committed cross-device studies (results/cross_device_*): the tables of
+docs/study_cross_device.md are exactly what results/cross_device_report.py regenerates from
+the committed cells (no training here), every cell's seed is its folder's, and the report's
+reading of how a run ended follows the runaway rule."""
+import importlib.util
+import os
+
+import pytest
+
+from experiments import results as R
+from fedinit_jax.experiment import stopping
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOC = os.path.join(ROOT, "docs", "study_cross_device.md")
+# each study folder with the report options its table in the doc was made with
+STUDIES = (
+    ("cross_device_cifar10/dir0.1", dict(target=0.45, window=3, last=100)),
+    ("cross_device_cifar10/dir0.6", dict(target=0.45, window=3, last=100)),
+    ("cross_device_synthetic", dict(target=0.6, window=3, last=50)),
+)
+
+
+def _report_module():
+    spec = importlib.util.spec_from_file_location(
+        "cross_device_report", os.path.join(ROOT, "results", "cross_device_report.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("folder,options", STUDIES, ids=[s for s, _ in STUDIES])
+def test_doc_tables_are_the_regenerated_ones(folder, options):
+    text, groups = _report_module().table(os.path.join(ROOT, "results", folder), **options)
+    assert text in open(DOC).read(), text.splitlines()[2]
+    for name, runs in groups.items():
+        for seed, run, _ in runs:
+            assert run.config["seed"] == seed, (folder, name, seed)
+
+
+def test_a_run_from_before_the_runaway_rule_ends_where_the_rule_stops_it(tmp_path):
+    """A run whose recorded losses meet the rule at round 8 reads `diverged at 8*`, its rows
+    after round 8 left out; the same losses in a run stopped by the rule (train.log) read
+    `diverged at 8`; a run cut at `rounds` before the losses rise reads `done`."""
+    import json
+
+    losses = [1.0, 0.9, 0.8, 100.0, 100.0, 100.0, 100.0, 100.0, 100.0, 100.0]
+    assert [i for i in range(1, 11) if stopping.runaway(
+        [{"round": r + 1, "train_loss": x} for r, x in enumerate(losses[:i])])][0] == 8
+
+    def cell(name, n, log=None):
+        path = tmp_path / "study" / name
+        path.mkdir(parents=True)
+        config = json.load(open(os.path.join(
+            ROOT, "results", "cross_device_cifar10", "dir0.1", "fedavg-s0", "config.json")))
+        (path / "config.json").write_text(json.dumps({**config, "rounds": 10}))
+        (path / "metrics.jsonl").write_text("".join(
+            json.dumps({"round": r + 1, "train_loss": x, "test_accuracy": 0.1})
+            + "\n" for r, x in enumerate(losses[:n])))
+        if log:
+            (path / "train.log").write_text(log + "\n")
+
+    cell("old-s0", 10)
+    cell("stopped-s0", 8, "2026-12-03T00:00:00Z summary: diverged; round 8/10")
+    report = _report_module()
+    ended = {name: [(e, len(run.rows)) for _, run, e in runs]
+             for name, runs in report.cells(str(tmp_path / "study")).items()}
+    assert ended == {"old": [("diverged at 8*", 8)], "stopped": [("diverged at 8", 8)]}
+    ended = {name: [e for _, _, e in runs]
+             for name, runs in report.cells(str(tmp_path / "study"), rounds=3).items()}
+    assert ended == {"old": ["done"], "stopped": ["done"]}
+    assert R.find_runs([str(tmp_path / "study" / "old-s0")])[0].rows[-1]["round"] == 10
