@@ -15,6 +15,7 @@ min-max band only with 3 or more seeds).
 """
 import argparse
 import glob
+import math
 import os
 import statistics as st
 import sys
@@ -34,10 +35,13 @@ def cells(folder, rounds=None):
 
     With `rounds`, every run is read as if it ended there (its rows after it left out), so runs
     of different lengths compare at one round. A run ends `done` (it reached its last round),
-    `diverged at R` (its train.log's summary says so), `diverged at R*` (it predates the
-    runaway rule, fedinit_jax.experiment.stopping.runaway, and its recorded train losses meet
-    it at round R: its rows after R are left out, as the rule would have stopped it there) or
-    `unfinished at R` (stopped before its end)."""
+    `diverged at R` (its recorded train losses meet the runaway rule,
+    fedinit_jax.experiment.stopping.runaway, at its last round R, where the rule stopped it;
+    or its last train loss is not finite; or its train.log's summary says it diverged),
+    `diverged at R*` (it predates the rule and ran on past round R, where its recorded losses
+    meet it: its rows after R are left out, as the rule would have stopped it there) or
+    `unfinished at R` (stopped before its end). Only the committed files (config.json,
+    metrics.jsonl) are needed; train.log, not committed, is read where it exists."""
     out = {}
     for path in sorted(glob.glob(os.path.join(folder, "*-s[0-9]*"))):
         if not os.path.exists(os.path.join(path, "metrics.jsonl")):
@@ -49,15 +53,15 @@ def cells(folder, rounds=None):
         log = os.path.join(path, "train.log")
         last = open(log).read().strip().splitlines()[-1] if os.path.exists(log) else ""
         losses = [r["train_loss"] for r in rows]
-        runaway = None if ("summary: diverged" in last or max(losses) <= stopping.RUNAWAY_FACTOR
-                           * min(losses)) else next(
+        runaway = None if max(losses) <= stopping.RUNAWAY_FACTOR * min(losses) else next(
             (i for i in range(1, len(rows) + 1) if stopping.runaway(rows[:i])), None)
         if runaway is not None:
+            star = "" if runaway == len(run.rows) else "*"
             rows = rows[:runaway]
-            ended = f"diverged at {rows[-1]['round']}*"
+            ended = f"diverged at {rows[-1]['round']}{star}"
         elif rows[-1]["round"] == end:
             ended = "done"
-        elif "summary: diverged" in last:
+        elif not math.isfinite(losses[-1]) or "summary: diverged" in last:
             ended = f"diverged at {rows[-1]['round']}"
         else:
             ended = f"unfinished at {rows[-1]['round']}"
