@@ -23,18 +23,19 @@ A checkpoint written before manifests existed (format absent) is restored from t
 <= t found in the folder, read but not checksummed.
 """
 import hashlib
-import io
 import os
 import re
+import zipfile
 
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["FORMAT", "StoreDamaged", "delta_name", "delta_rounds", "remove_temporaries",
-           "write_delta", "read_delta", "verify", "describe", "entries", "newest_first",
-           "remove_after"]
+__all__ = ["FORMAT", "BLOCK_BYTES", "StoreDamaged", "delta_name", "delta_rounds",
+           "remove_temporaries", "write_delta", "read_delta", "read_blocks", "verify", "describe",
+           "entries", "newest_first", "remove_after"]
 
 FORMAT = 1
+BLOCK_BYTES = 64 << 20  # rows written or read at once: a delta never held whole
 _DELTA = re.compile(r"^delta-(\d+)\.npz$")
 _TEMPORARY = re.compile(r"^\.?delta-\d+\.(npz\.)?tmp")  # a write cut by a kill or a full disk
 
@@ -61,53 +62,92 @@ def remove_temporaries(folder: str) -> None:
             os.remove(os.path.join(folder, name))
 
 
-def write_delta(folder: str, rounds_done: int, ids: np.ndarray, rows: np.ndarray) -> dict:
-    """Write folder/delta-<rounds_done>.npz (a temporary file renamed into place, synced).
+def write_delta(folder: str, rounds_done: int, ids: np.ndarray, read_rows) -> dict:
+    """Write folder/delta-<rounds_done>.npz (a temporary file renamed into place, synced),
+    streaming the rows: memory holds one block of about BLOCK_BYTES, not the delta (a
+    delta of 600 LSTM clients' w_i and c_i is 4 GB).
 
     Args:
       folder: the store's record folder.
       rounds_done: the checkpoint's round t.
       ids: [n] the ids written since the previous checkpoint.
-      rows: [n, width] their rows, in the storage dtype.
+      read_rows: read_rows(some_ids) -> [len(some_ids), width] their rows in the storage
+        dtype (called with ids[:0] for the width and dtype, then block by block in order).
     Returns:
       The delta's manifest entry: {"file", "bytes", "sha256", "rows"}.
     """
-    dtype = jnp.dtype(rows.dtype)
-    stored = rows.view(np.uint16) if dtype == jnp.bfloat16 else rows
-    buffer = io.BytesIO()
-    np.savez(buffer, ids=np.asarray(ids, np.int64), rows=stored, dtype=np.array(dtype.name))
-    data = buffer.getvalue()
+    ids = np.asarray(ids, np.int64)
+    empty = read_rows(ids[:0])
+    dtype, width = jnp.dtype(empty.dtype), empty.shape[1]
+    stored = np.dtype(np.uint16) if dtype == jnp.bfloat16 else np.dtype(dtype)
+    block = max(1, BLOCK_BYTES // max(1, width * stored.itemsize))
     name = delta_name(rounds_done)
     tmp = os.path.join(folder, f".{name}.tmp{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
-            f.write(data)
+            # the layout np.savez writes (stored members, zip64), so np.load reads it
+            with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+                for key, value in (("ids", ids), ("dtype", np.array(dtype.name))):
+                    with archive.open(f"{key}.npy", "w", force_zip64=True) as member:
+                        np.lib.format.write_array(member, value, allow_pickle=False)
+                with archive.open("rows.npy", "w", force_zip64=True) as member:
+                    np.lib.format.write_array_header_1_0(member, {
+                        "descr": np.lib.format.dtype_to_descr(stored),
+                        "fortran_order": False, "shape": (ids.size, width)})
+                    for start in range(0, ids.size, block):
+                        rows = np.ascontiguousarray(read_rows(ids[start:start + block]))
+                        member.write(rows.view(np.uint16) if dtype == jnp.bfloat16 else rows)
             f.flush()
             os.fsync(f.fileno())
+        size, digest = os.path.getsize(tmp), _sha256(tmp)
         os.replace(tmp, os.path.join(folder, name))
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
-    return {"file": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
-            "rows": int(np.size(ids))}
+    return {"file": name, "bytes": size, "sha256": digest, "rows": int(ids.size)}
 
 
 def read_delta(folder: str, name: str, dtype) -> tuple[np.ndarray, np.ndarray]:
-    """(ids [n] int64, rows [n, width] in `dtype`) of one delta; StoreDamaged naming the file
-    when it cannot be read."""
+    """(ids [n] int64, rows [n, width] in `dtype`) of one delta, whole; StoreDamaged naming
+    the file when it cannot be read."""
+    blocks = list(read_blocks(folder, name, dtype))
+    return (np.concatenate([ids for ids, _ in blocks]),
+            np.concatenate([rows for _, rows in blocks]))
+
+
+def read_blocks(folder: str, name: str, dtype):
+    """Yields (ids [m] int64, rows [m, width] in `dtype`) of one delta, block by block in the
+    file's order, each of about BLOCK_BYTES (one empty block for an empty delta): memory
+    holds one block, not the delta. StoreDamaged naming the file when it cannot be read."""
     path = os.path.join(folder, name)
+    dtype = jnp.dtype(dtype)
     try:
-        with np.load(path, allow_pickle=False) as delta:
-            ids, rows = delta["ids"].astype(np.int64), delta["rows"]
+        with zipfile.ZipFile(path) as archive:
+            with archive.open("ids.npy") as member:
+                ids = np.lib.format.read_array(member, allow_pickle=False).astype(np.int64)
+            with archive.open("rows.npy") as member:
+                header = (np.lib.format.read_array_header_1_0
+                          if np.lib.format.read_magic(member) == (1, 0)
+                          else np.lib.format.read_array_header_2_0)
+                shape, fortran_order, stored = header(member)
+                if len(shape) != 2 or shape[0] != ids.size or fortran_order:
+                    raise StoreDamaged(f"{path}: {ids.size} ids but rows of shape {shape}")
+                width = shape[1]
+                block = max(1, BLOCK_BYTES // max(1, width * stored.itemsize))
+                for start in range(0, max(ids.size, 1), block):
+                    count = min(block, ids.size - start)
+                    data = member.read(count * width * stored.itemsize)
+                    if len(data) != count * width * stored.itemsize:
+                        raise StoreDamaged(f"{path}: its rows end after {start} of {ids.size}")
+                    rows = np.frombuffer(data, stored).reshape(count, width)
+                    if stored.kind in "uV" and stored.itemsize == dtype.itemsize:
+                        rows = rows.view(dtype)  # bfloat16's bits (the raw void of older deltas)
+                    yield ids[start:start + count], rows.astype(dtype, copy=False)
+    except StoreDamaged:
+        raise
     except Exception as err:  # noqa: BLE001 - zipfile, zlib, numpy and OS errors alike
         raise StoreDamaged(f"{path}: unreadable ({type(err).__name__}: "
                            f"{str(err).splitlines()[0][:120] if str(err) else ''})") from None
-    dtype = jnp.dtype(dtype)
-    if rows.dtype.kind in "uV" and rows.dtype.itemsize == dtype.itemsize:
-        rows = rows.view(dtype)  # bfloat16's bits (and the raw void of older deltas)
-    if rows.ndim != 2 or rows.shape[0] != ids.size:
-        raise StoreDamaged(f"{path}: {ids.size} ids but rows of shape {rows.shape}")
-    return ids, rows.astype(dtype)
 
 
 def verify(folder: str, manifest: dict, rounds_done: int) -> None:
@@ -156,16 +196,16 @@ def entries(folder: str, manifest, rounds_done: int) -> list[str]:
 
 
 def newest_first(folder: str, names: list[str], dtype):
-    """The fold, one delta at a time: yields (ids, rows) of the ids each delta holds that no
-    newer one does, newest delta first (memory: one delta)."""
+    """The fold, one block at a time: yields (ids, rows) of the ids each delta holds that no
+    newer one does, newest delta first (memory: one block of read_blocks)."""
     seen = set()
     for name in reversed(names):
-        ids, rows = read_delta(folder, name, dtype)
         # within one delta an id appears once (its rows are the journal's unique ids)
-        fresh = np.array([i not in seen for i in ids.tolist()], bool)
-        seen.update(ids.tolist())
-        if fresh.any():
-            yield ids[fresh], rows[fresh]
+        for ids, rows in read_blocks(folder, name, dtype):
+            fresh = np.array([i not in seen for i in ids.tolist()], bool)
+            seen.update(ids.tolist())
+            if fresh.any():
+                yield (ids, rows) if fresh.all() else (ids[fresh], rows[fresh])
 
 
 def remove_after(folder: str, rounds_done: int) -> None:

@@ -13,9 +13,7 @@ from fedinit_jax import row_deltas
 from fedinit_jax.federated_round import Cohort, initial_offset_row, to_storage
 from fedinit_jax.types import FederatedAlgorithm
 
-__all__ = ["CHUNK_ROWS", "initial_row", "Layout", "check_ids", "LazyStore"]
-
-CHUNK_ROWS = 4096  # rows streamed at once by divergence_all
+__all__ = ["initial_row", "Layout", "check_ids", "LazyStore"]
 
 
 def initial_row(algo: FederatedAlgorithm, params) -> Cohort:
@@ -41,6 +39,8 @@ class Layout:
         self.width = sum(self.sizes)
         self.params_width = sum(math.prod(np.shape(x)) for x in jax.tree.leaves(row.client_params))
         self.initial = self.flatten(jax.tree.map(lambda x: np.asarray(x)[None], row))[0]
+        # rows streamed at once (Delta^t): about row_deltas.BLOCK_BYTES, whatever the width
+        self.block_rows = max(1, row_deltas.BLOCK_BYTES // (self.width * self.dtype.itemsize))
 
     def flatten(self, rows: Cohort) -> np.ndarray:
         """[N, ...] leaves -> [N, width]."""
@@ -129,8 +129,9 @@ class LazyStore:
         divergence_all sums in float32 and agrees to float32 rounding (~1e-6 relative)."""
         w_flat = _flat_params(w)
         held = self._held_ids()
-        terms = [self.layout.sq_dists(self._read_flat(held[s:s + CHUNK_ROWS])[0], w_flat)
-                 for s in range(0, held.size, CHUNK_ROWS)]
+        block = self.layout.block_rows
+        terms = [self.layout.sq_dists(self._read_flat(held[s:s + block])[0], w_flat)
+                 for s in range(0, held.size, block)]
         unwritten = (self.num_clients - held.size) * float(
             self.layout.sq_dists(self.layout.initial[None], w_flat)[0])
         return math.fsum([unwritten, *(float(x) for t in terms for x in t)]) / self.num_clients
@@ -151,10 +152,11 @@ class LazyStore:
 
     def checkpoint(self, rounds_done: int) -> dict:
         """Write folder/delta-<rounds_done>.npz, the rows written since the previous
-        checkpoint. Returns the manifest of this checkpoint (row_deltas.py), to be saved
-        with its server state."""
+        checkpoint, streamed block by block (row_deltas.write_delta). Returns the manifest
+        of this checkpoint (row_deltas.py), to be saved with its server state."""
         ids = np.array(sorted(self._written), np.int64)
-        entry = row_deltas.write_delta(self.folder, rounds_done, ids, self._read_flat(ids)[0])
+        entry = row_deltas.write_delta(self.folder, rounds_done, ids,
+                                       lambda some: self._read_flat(some)[0])
         self._entries.append(entry)
         self._recorded.update(self._written)
         return {"format": row_deltas.FORMAT, "deltas": list(self._entries),
