@@ -319,6 +319,36 @@ def test_a_stores_delta_is_exact_whatever_order_its_rows_came_in(tmp_path):
     assert device.divergence_all(w) == pytest.approx(want, rel=1e-6)
 
 
+def test_auto_on_cpu_leaves_room_for_a_checkpoint_of_the_tables(tmp_path, monkeypatch):
+    """client_store=auto on CPU keeps the device tables only when the compiled round (the
+    tables included) and the copies of them a checkpoint holds while orbax saves them
+    (memory.SAVE_COPIES) fit the available memory; otherwise the host store, whose
+    checkpoints stream (a Shakespeare SCAFFOLD run on the device tables was killed for
+    memory at its first checkpoint)."""
+    from types import SimpleNamespace
+
+    from conftest import quiet_config
+
+    from fedinit_jax.experiment import memory, simulation
+
+    plan = SimpleNamespace(sampling=SimpleNamespace(num_clients=10))
+    state = SimpleNamespace(per_client_bytes=100)  # tables: 1,000 bytes; need 300 + 2,000
+    for available, fits in ((2300, True), (2299, False)):
+        monkeypatch.setattr(memory, "host_memory", lambda available=available: available)
+        if fits:
+            memory.check_checkpoint_memory(plan, state, 300)
+        else:
+            with pytest.raises(ValueError, match="need 0.0 GiB"):
+                memory.check_checkpoint_memory(plan, state, 300)
+    monkeypatch.undo()
+    monkeypatch.setattr(memory, "SAVE_COPIES", 10**9)
+    logged = []
+    simulation.run(quiet_config(rounds=2, client_store="auto"), str(tmp_path / "run"),
+                   log=logged.append, progress=False)
+    assert any(line.startswith("client store: host (not on the device: the compiled round "
+                               "with its [C, ...] tables") for line in logged), logged
+
+
 def test_auto_on_cpu_keeps_a_sparsely_sampled_federation_in_host_memory(tmp_path):
     """client_store=auto on one CPU process: when the run samples fewer clients than C
     (rounds x N), the device's [C, ...] tables would be host memory holding rows never

@@ -67,8 +67,10 @@ def build(run_plan, client_store=None, log=None) -> Experiment:
         try:  # the whole [C, ...] tables on the device, and the round compiled around them
             memory.check_memory(run_plan, state)
             began = time.perf_counter()
-            check_compiled_round(run_plan, algo, shapes, task)
+            need = check_compiled_round(run_plan, algo, shapes, task)
             log(f"round compiled ({time.perf_counter() - began:.1f} s)")
+            if store == "auto":
+                memory.check_checkpoint_memory(run_plan, state, need)
             reason = "the tables and the compiled round fit" if store == "auto" else reason
             store = "device"
         except ValueError as err:
@@ -129,11 +131,13 @@ def first_round_input(run_plan, task: tasks.Task) -> RoundInput:
                        run_plan.schedule.local_lr)
 
 
-def check_compiled_round(run_plan, algo, params, task) -> None:
+def check_compiled_round(run_plan, algo, params, task) -> int:
     """Compile the round ahead of time (the first round then reuses it) and refuse, naming a
     field, a run whose round does not fit the memory its devices have: XLA's own account
     per device against the device's limit (GPU/TPU), or, on CPU, devices x account against
-    the host's available memory. params: arrays or their jax.ShapeDtypeStruct."""
+    the host's available memory. params: arrays or their jax.ShapeDtypeStruct. Returns the
+    bytes that account needs (the [C, ...] tables included: they are the round's
+    arguments)."""
     clients = run_plan.sampling.num_clients
     state = jax.eval_shape(lambda p: algo.init(p, clients), params)
     compiled = algo.lower(state, first_round_input(run_plan, task),
@@ -144,7 +148,7 @@ def check_compiled_round(run_plan, algo, params, task) -> None:
     local = min(algo.runtime.num_devices, jax.local_device_count())  # this process's share of the mesh
     need = account["peak"] * (local if on_host else 1)
     if available is None or need <= available:
-        return
+        return need
     field, value = (("num_clients", clients) if account["arguments"] > account["temporaries"]
                     else ("batch_size", run_plan.data.batch_size))
     where = (f"{local} CPU devices share {available / 2**30:.1f} GiB" if on_host else

@@ -8,7 +8,8 @@ from fedinit_jax.checks import fail_config
 from fedinit_jax.experiment import tasks
 
 __all__ = ["check_client_arrays", "available_memory", "host_memory", "check_memory",
-           "check_cohort_memory", "check_round_input_size", "round_memory"]
+           "SAVE_COPIES", "check_checkpoint_memory", "check_cohort_memory",
+           "check_round_input_size", "round_memory"]
 
 
 def check_client_arrays(config) -> None:
@@ -63,6 +64,28 @@ def check_memory(run_plan, state: costs.StateCosts):
                     f"d={state.d:,} parameters, "
                     f"{state.per_client_bytes:,} bytes a client) but {available / 2**30:.1f} GiB "
                     "are available")
+
+
+# host copies of the [C, ...] tables that orbax holds while a checkpoint saves them: a
+# Shakespeare FedInit run's resident memory rose from 8.2 to 14.2 GB saving its 3.4 GB w_i
+# table (1.8 copies), and a SCAFFOLD run (w_i and c_i, 6.8 GB) was killed for memory at 24 GB
+SAVE_COPIES = 2
+
+
+def check_checkpoint_memory(run_plan, state: costs.StateCosts, round_need: int) -> None:
+    """client_store=auto on a CPU backend, where the device's tables are host memory too:
+    ValueError (the clients then go to the host store, whose checkpoints stream) unless the
+    compiled round (round_need bytes, the tables included) and the SAVE_COPIES copies of
+    the tables a checkpoint holds fit the host's available memory."""
+    if jax.default_backend() != "cpu":
+        return
+    tables = run_plan.sampling.num_clients * state.per_client_bytes
+    need, available = round_need + SAVE_COPIES * tables, host_memory()
+    if available is not None and need > available:
+        raise ValueError(f"the compiled round with its [C, ...] tables ({round_need / 2**30:.1f} "
+                         f"GiB) and the {SAVE_COPIES} copies of the tables a checkpoint holds "
+                         f"while saving them ({SAVE_COPIES * tables / 2**30:.1f} GiB) need "
+                         f"{need / 2**30:.1f} GiB, {available / 2**30:.1f} GiB are available")
 
 
 def check_cohort_memory(run_plan, state: costs.StateCosts, device_error) -> None:
