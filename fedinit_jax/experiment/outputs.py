@@ -116,8 +116,8 @@ def start_line(plan, workdir, recorded) -> str:
     store = plan.store.kind
     if store == "auto":
         store = (f"{recorded} (as the run so far)" if recorded else
-                 "auto (device if the tables and the compiled round fit: decided after "
-                 "compiling)")
+                 "auto (device if the tables, the compiled round and a checkpoint's copies "
+                 "fit: decided after compiling)")
     return (f"fedinit_jax: {jax.process_count()} process(es), {len(jax.devices())} {backend} "
             f"device(s), the round on {plan.runtime.num_devices}; execution "
             f"{plan.runtime.execution}; client store {store}; "
