@@ -17,6 +17,7 @@ STUDIES = (
     ("cross_device_cifar10/dir0.1", dict(target=0.45, window=3, last=100)),
     ("cross_device_cifar10/dir0.6", dict(target=0.45, window=3, last=100)),
     ("cross_device_synthetic", dict(target=0.6, window=3, last=50)),
+    ("cross_device_shakespeare", dict(target=0.5, window=1, last=50, rounds=300)),
 )
 
 
