@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["FORMAT", "BLOCK_BYTES", "StoreDamaged", "delta_name", "delta_rounds",
-           "remove_temporaries", "write_delta", "read_delta", "read_blocks", "verify", "describe",
+           "block_rows", "remove_temporaries", "write_delta", "read_delta", "read_blocks", "verify", "describe",
            "entries", "newest_first", "remove_after"]
 
 FORMAT = 1
@@ -53,6 +53,12 @@ def delta_rounds(folder: str) -> list[int]:
     """The rounds of the deltas in folder, ascending (temporary files are not deltas)."""
     found = (_DELTA.match(name) for name in os.listdir(folder))
     return sorted(int(m.group(1)) for m in found if m)
+
+
+def block_rows(row_bytes: int) -> int:
+    """Rows of row_bytes each in one block of about BLOCK_BYTES (at least one): what a delta
+    write, a delta read and a store's streamed reads hold at once."""
+    return max(1, BLOCK_BYTES // max(1, row_bytes))
 
 
 def remove_temporaries(folder: str) -> None:
@@ -80,7 +86,7 @@ def write_delta(folder: str, rounds_done: int, ids: np.ndarray, read_rows) -> di
     empty = read_rows(ids[:0])
     dtype, width = jnp.dtype(empty.dtype), empty.shape[1]
     stored = np.dtype(np.uint16) if dtype == jnp.bfloat16 else np.dtype(dtype)
-    block = max(1, BLOCK_BYTES // max(1, width * stored.itemsize))
+    block = block_rows(width * stored.itemsize)
     name = delta_name(rounds_done)
     tmp = os.path.join(folder, f".{name}.tmp{os.getpid()}")
     try:
@@ -96,7 +102,7 @@ def write_delta(folder: str, rounds_done: int, ids: np.ndarray, read_rows) -> di
                         "fortran_order": False, "shape": (ids.size, width)})
                     for start in range(0, ids.size, block):
                         rows = np.ascontiguousarray(read_rows(ids[start:start + block]))
-                        member.write(rows.view(np.uint16) if dtype == jnp.bfloat16 else rows)
+                        member.write(rows.view(stored))  # bfloat16: its uint16 bits
             f.flush()
             os.fsync(f.fileno())
         size, digest = os.path.getsize(tmp), _sha256(tmp)
@@ -133,7 +139,7 @@ def read_blocks(folder: str, name: str, dtype):
                 if len(shape) != 2 or shape[0] != ids.size or fortran_order:
                     raise StoreDamaged(f"{path}: {ids.size} ids but rows of shape {shape}")
                 width = shape[1]
-                block = max(1, BLOCK_BYTES // max(1, width * stored.itemsize))
+                block = block_rows(width * stored.itemsize)
                 for start in range(0, max(ids.size, 1), block):
                     count = min(block, ids.size - start)
                     data = member.read(count * width * stored.itemsize)

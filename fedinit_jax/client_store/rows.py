@@ -40,7 +40,7 @@ class Layout:
         self.params_width = sum(math.prod(np.shape(x)) for x in jax.tree.leaves(row.client_params))
         self.initial = self.flatten(jax.tree.map(lambda x: np.asarray(x)[None], row))[0]
         # rows streamed at once (Delta^t): about row_deltas.BLOCK_BYTES, whatever the width
-        self.block_rows = max(1, row_deltas.BLOCK_BYTES // (self.width * self.dtype.itemsize))
+        self.block_rows = row_deltas.block_rows(self.width * self.dtype.itemsize)
 
     def flatten(self, rows: Cohort) -> np.ndarray:
         """[N, ...] leaves -> [N, width]."""

@@ -71,9 +71,8 @@ def build(run_plan, client_store=None, log=None) -> Experiment:
             log(f"round compiled ({time.perf_counter() - began:.1f} s)")
             if store == "auto":
                 memory.check_checkpoint_memory(run_plan, state, need)
-            reason = ("the tables and the compiled round fit" + (
-                ", with a checkpoint's copies" if jax.default_backend() == "cpu" else "")
-                if store == "auto" else reason)
+                reason = "the tables and the compiled round fit" + (
+                    ", with a checkpoint's copies" if jax.default_backend() == "cpu" else "")
             store = "device"
         except ValueError as err:
             if store == "device":
