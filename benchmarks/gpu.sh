@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The speed suite on a GPU machine, in one prepared run, the most wanted numbers first.
+# The speed suite on a GPU machine, in one prepared run (~9 min on one H200), the most wanted
+# numbers first.
 #
 #   bash benchmarks/gpu.sh [OUTPUT_DIR]              # on the GPU machine
 #   bash benchmarks/gpu.sh --dry-run [OUTPUT_DIR]    # the whole script on CPU, tiny shapes (CI)
@@ -71,7 +72,7 @@ cnn_steps=$(( steps < 10 ? steps : 10 ))
   # the reference CNN round, 1 local epoch (the dry run's model is step 1's: nothing new to run)
   [ "$dry" = 1 ] || step "reference CNN round" "$py" benchmarks/round_speed.py --model "$cnn" \
     --clients "$clients" --steps "$cnn_steps" --batch "$batch" --repeats "$repeats" \
-    --variants vmap:xla:1 sequential:xla:1 --naive-convs xla "${torch_args[@]}" \
+    --variants vmap:xla:1 vmap:im2col:1 sequential:xla:1 --naive-convs xla "${torch_args[@]}" \
     "${small[@]}" --tables speed eval
   # the reference CNN's step in float32 vs bfloat16 (slower on XLA:CPU; native on the GPU)
   step "float32 vs bfloat16" "$py" benchmarks/conv_dtype.py --convs xla --batch "$batch" \
@@ -84,6 +85,10 @@ cnn_steps=$(( steps < 10 ? steps : 10 ))
   # dry run leaves it out: its real-size federation is the cost itself)
   [ "$dry" = 1 ] || step "masked epochs" "$py" benchmarks/round_speed.py --tables masked \
     --clients 10 --lstm-batch 4 --repeats "$repeats" --lstm-executions sequential vmap
+  # VGG-11's round with vmapped clients: the stock convolution against im2col (conv=auto)
+  [ "$dry" = 1 ] || step "VGG-11 round" "$py" benchmarks/round_speed.py --model vgg11 \
+    --clients "$clients" --steps "$steps" --batch "$batch" --repeats "$repeats" --no-torch \
+    --naive-convs --variants vmap:xla:1 vmap:im2col:1 --tables speed
   [ "$failed" = 0 ] || echo "some steps FAILED (above)"
   exit "$failed"
 } 2>&1 | tee "$out/RESULTS_gpu.md"

@@ -93,42 +93,6 @@ def load_config(spec: str) -> dict:
     return experiment.checked(config)
 
 
-def matmul_flops(jaxpr) -> float:
-    """dot_general and convolution FLOPs of a jaxpr, inner jaxprs included (scan bodies x
-    length, the larger branch of a cond, a while body once)."""
-    import jax
-    from jax.extend import core
-
-    total = 0.0
-    for eqn in jaxpr.eqns:
-        name = eqn.primitive.name
-        if name == "dot_general":
-            (contract, _), _ = eqn.params["dimension_numbers"]
-            lhs = eqn.invars[0].aval.shape
-            total += 2.0 * math.prod(eqn.outvars[0].aval.shape) * math.prod(
-                lhs[d] for d in contract)
-        elif name == "conv_general_dilated":
-            rhs = eqn.invars[1].aval.shape
-            out_feature = eqn.params["dimension_numbers"].rhs_spec[0]
-            total += 2.0 * math.prod(eqn.outvars[0].aval.shape) * math.prod(rhs) / rhs[out_feature]
-        inner = [v.jaxpr if isinstance(v, core.ClosedJaxpr) else v
-                 for v in jax.tree.leaves(eqn.params, is_leaf=lambda x: isinstance(
-                     x, (core.Jaxpr, core.ClosedJaxpr)))
-                 if isinstance(v, (core.Jaxpr, core.ClosedJaxpr))]
-        if not inner:
-            continue
-        counts = [matmul_flops(j) for j in inner]
-        if name == "cond":
-            total += max(counts)
-        elif name == "scan":
-            total += eqn.params["length"] * sum(counts)
-        elif name == "shard_map":
-            total += eqn.params["mesh"].size * sum(counts)
-        else:
-            total += sum(counts)
-    return total
-
-
 def round_parts(config: dict, devices: int):
     """(algorithm, abstract params, round input with abstract batches, K, N) of a preset
     planned (experiment.plan) for D devices, its clients side by side."""
@@ -160,6 +124,7 @@ def plan(spec: str, config: dict, devices: int, utilization: float) -> dict:
     from fedinit_jax import client_store, experiment, with_runtime
     from fedinit_jax.builder import as_arrays
     from fedinit_jax.federated_round import Cohort, cohort_round
+    from fedinit_jax.models.flops import matmul_flops
 
     algo, params, inp, k, n = round_parts(config, devices)
     c = config["num_clients"]

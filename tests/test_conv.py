@@ -90,6 +90,20 @@ def test_unknown_conv():
         models.get("cnn", 10, conv="cudnn")
 
 
+@pytest.mark.parametrize("backend, execution, want", [
+    ("cpu", "auto", cpu_conv), ("cpu", "vmap", cpu_conv), ("cpu", "sequential", cpu_conv),
+    ("gpu", "auto", im2col_conv), ("gpu", "vmap", im2col_conv), ("gpu", "chunked", im2col_conv),
+    ("gpu", "sequential", None), ("tpu", "auto", None), ("tpu", "vmap", None)])
+def test_auto_conv_follows_backend_and_execution(monkeypatch, backend, execution, want):
+    """conv='auto': cpu_conv on CPU; on GPU im2col for vmapped or chunked clients (auto
+    execution is vmap there) and the stock conv (None) for sequential ones; stock on TPU."""
+    from fedinit_jax.models.conv import conv_fn
+
+    monkeypatch.setattr(jax, "default_backend", lambda: backend)
+    assert conv_fn("auto", execution) is want
+    assert conv_fn("xla", execution) is None and conv_fn("im2col", execution) is im2col_conv
+
+
 @pytest.mark.parametrize("size", [8, 9])
 def test_reshape_max_pool_equals_flax_max_pool(size):
     import flax.linen as nn

@@ -53,3 +53,24 @@ def test_unknown_model():
         models.get("resnet50", num_classes=10)
     with pytest.raises(ValueError, match="num_classes"):
         models.get("cnn", num_classes=1)
+
+
+def test_matmul_flops_counts_inner_jaxprs_as_a_hand_count():
+    """flops.matmul_flops against FLOPs counted by hand: a dot in a scan of length 5, the
+    larger branch of a cond, a convolution (2 per multiply-add, elementwise work not counted)."""
+    from fedinit_jax.models.flops import matmul_flops
+
+    def f(a, x, k):
+        def body(carry, _):
+            return jnp.tanh(carry @ a), None  # [4, 6] @ [6, 6]: 2 * 4 * 6 * 6 each
+
+        y, _ = jax.lax.scan(body, x, None, length=5)
+        z = jax.lax.cond(y.sum() > 0, lambda v: v @ a @ a, lambda v: v, y)  # two dots
+        img = jnp.zeros((2, 9, 9, 3))  # 3x3 conv, 3 -> 8 features, 'VALID': 7x7 outputs
+        c = jax.lax.conv_general_dilated(img, k, (1, 1), "VALID",
+                                         dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return z.sum() + c.sum()
+
+    a, x, k = jnp.ones((6, 6)), jnp.ones((4, 6)), jnp.ones((3, 3, 3, 8))
+    want = 5 * 2 * 4 * 6 * 6 + 2 * (2 * 4 * 6 * 6) + 2 * (2 * 7 * 7 * 8) * (3 * 3 * 3)
+    assert matmul_flops(jax.make_jaxpr(f)(a, x, k)) == want

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from fedinit_jax.models.cnn import CNN
 from fedinit_jax.models.conv import IMPLEMENTATIONS as CONV_IMPLEMENTATIONS  # noqa: F401
 from fedinit_jax.models.conv import conv_fn
+from fedinit_jax.models.flops import matmul_flops
 from fedinit_jax.models.lstm import CharLSTM
 from fedinit_jax.models.mlp import MLP
 from fedinit_jax.models.resnet import ResNet18GN
@@ -46,19 +47,23 @@ WIDTH_MODELS = ("cnn", "mlp")  # models that take a `width` multiplier
 NAMES = tuple(_MODULES)
 
 
-def get(name: str, num_classes: int, *, conv: str = "auto", **kwargs) -> Model:
+def get(name: str, num_classes: int, *, conv: str = "auto", execution: str = "auto",
+        **kwargs) -> Model:
     """The model `name` (one of NAMES) as a pure (init, apply) pair.
 
     conv: how the convolutional models (CONV_MODELS) compute a convolution: 'auto' (on CPU
-    per conv the fastest matmul form, `conv.cpu_conv`; XLA's elsewhere), 'xla', 'fast' or
-    'im2col' (models/conv.py); forward values agree to float rounding. The other models have
-    no convolution and take no such module argument (the option changes nothing for them).
+    per conv the fastest matmul form, `conv.cpu_conv`; on GPU `im2col` when the clients are
+    vmapped, XLA's when sequential; XLA's on TPU), 'xla', 'fast' or 'im2col'
+    (models/conv.py); forward values agree to float rounding. execution: how the clients
+    that train the model are executed (the round's `execution`), read only by conv='auto'.
+    The other models have no convolution and take no such module argument (the options
+    change nothing for them).
     """
     if name not in _MODULES:
         raise ValueError(f"model={name!r} is unknown; available: {', '.join(NAMES)}")
     if not isinstance(num_classes, int) or num_classes < 2:
         raise ValueError(f"num_classes={num_classes!r} must be an int >= 2")
-    convolution = conv_fn(conv)  # checked for every model: a misspelling is always an error
+    convolution = conv_fn(conv, execution)  # checked for every model: a misspelling is always an error
     if name in CONV_MODELS:
         kwargs["conv"] = convolution
     module = _MODULES[name](num_classes, **kwargs)
@@ -78,8 +83,8 @@ def num_params(params) -> int:
 
 
 def forward_flops(model: Model, params, input_shape) -> float:
-    """Forward FLOPs per example, from XLA's cost analysis of one compiled example."""
+    """Forward FLOPs per example: the matmul and convolution FLOPs of one example's jaxpr
+    (`flops.matmul_flops`; the same count on every backend, unlike XLA's cost analysis,
+    which does not count cuDNN/cuBLAS custom calls on GPU)."""
     x = jnp.zeros((1, *input_shape), jnp.float32)
-    cost = jax.jit(model.apply).lower(params, x).compile().cost_analysis()
-    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-    return float(cost["flops"])
+    return matmul_flops(jax.make_jaxpr(model.apply)(params, x))

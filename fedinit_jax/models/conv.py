@@ -21,8 +21,14 @@ spatially flipped, in/out-transposed kernel (other strides: XLA's transpose).
 
 Forward values agree with the stock convolution to float rounding and both gradients to float
 tolerance (tests/test_conv.py, including the whole ResNet-18-GN against float64).
-`conv_fn("auto")` is the stock convolution on GPU/TPU (cuDNN has real kernels) and on CPU
-`cpu_conv`: per convolution, `fast_conv` when the output has >= FAST_MIN_POSITIONS spatial
+`conv_fn("auto", execution)` depends on the backend and on how the clients are executed
+(fedinit_jax/execution.py). On GPU, vmapped (or chunked) clients get `im2col_conv`: under
+vmap every client has its own kernel, so XLA's convolution becomes a grouped convolution,
+while an im2col GEMM becomes a batched GEMM (one H200, 10 clients x 50 steps x batch 50, a
+round 2.46x faster for ResNet-18-GN, 2.18x for VGG-11, 1.15x for the CNN; benchmarks/
+RESULTS.md); sequential clients keep the stock convolution (there im2col was 1.01x slower
+for ResNet-18-GN and 3.9x for the CNN). On TPU the stock convolution (not measured). On CPU
+`cpu_conv`, whatever the execution: per convolution, `fast_conv` when the output has >= FAST_MIN_POSITIONS spatial
 positions (XLA's forward is faster than a GEMM over patches kh*kw times the input's size
 that no longer stay in cache: the CNN's 28x28 and 10x10 outputs, ResNet's 16x16 stem) and
 `im2col_conv` below (ResNet's 8x8 .. 1x1 stages, where XLA's forward is slow too).
@@ -32,6 +38,8 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax import lax
+
+from fedinit_jax.execution import resolve as resolve_execution
 
 __all__ = ["NHWC", "IMPLEMENTATIONS", "FAST_MIN_POSITIONS", "fast_conv", "im2col_conv",
            "cpu_conv", "conv_fn"]
@@ -158,11 +166,26 @@ def cpu_conv(lhs, rhs, window_strides, padding, *args, **kwargs):
     return conv(lhs, rhs, window_strides, padding, *args, **kwargs)
 
 
-def conv_fn(implementation: str = "auto"):
-    """The conv function for flax's nn.Conv(conv_general_dilated=...): None = stock."""
+def conv_fn(implementation: str = "auto", execution: str = "auto"):
+    """The conv function for flax's nn.Conv(conv_general_dilated=...).
+
+    Args:
+      implementation: one of IMPLEMENTATIONS; 'auto' picks by backend and execution (the
+        module docstring gives the rule and its measurements).
+      execution: how the clients running the model are executed ('auto', 'vmap',
+        'sequential' or 'chunked'; execution.resolve); read only by 'auto'.
+
+    Returns:
+      The function, or None for XLA's stock convolution.
+    """
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"conv={implementation!r} is not a convolution implementation; "
                          f"allowed: {', '.join(IMPLEMENTATIONS)}")
     if implementation == "auto":
-        return cpu_conv if jax.default_backend() == "cpu" else None
+        backend = jax.default_backend()
+        if backend == "cpu":
+            return cpu_conv
+        if backend == "gpu" and resolve_execution(execution) != "sequential":
+            return im2col_conv
+        return None
     return {"xla": None, "fast": fast_conv, "im2col": im2col_conv}[implementation]

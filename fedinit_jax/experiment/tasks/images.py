@@ -64,6 +64,7 @@ def partition(config, labels):
 def model(config, num_classes):
     """The config's image model (with its width where it takes one)."""
     return models.get(config["model"], num_classes, conv=config["conv"],
+                      execution=config["execution"],
                       **({"width": config["model_width"]}
                          if config["model"] in models.WIDTH_MODELS else {}))
 
