@@ -111,3 +111,68 @@ def test_host_rows_grow_by_pages_never_copied(small_blocks):
                                   new.client_params["w"])
     small = client_store.HostStore(algo, {"w": np.zeros(3, np.float32)}, num_clients=5)
     assert small.page_rows == 5  # never more rows than clients
+
+
+def test_the_compaction_rule():
+    """A snapshot once the deltas a checkpoint needs (plus the next one) hold more rows than
+    COMPACT_AFTER x the rows held; never for the first delta."""
+    entries = [{"rows": 30}, {"rows": 50}]
+    assert row_deltas.COMPACT_AFTER == 2.0
+    assert not row_deltas.compacts([], written=500, held=10)
+    assert not row_deltas.compacts(entries, written=20, held=50)  # 100 rows = 2.0 x 50
+    assert row_deltas.compacts(entries, written=21, held=50)
+
+
+def test_unreferenced_deltas_are_removed_unless_a_manifest_is_missing(tmp_path):
+    for t in (2, 4, 6, 8):
+        (tmp_path / row_deltas.delta_name(t)).write_bytes(b"x")
+    (tmp_path / ".delta-10.npz.tmp7").write_bytes(b"x")  # not a delta: left to its own rule
+    keep = [{"deltas": [{"file": "delta-4.npz"}]},
+            {"deltas": [{"file": "delta-4.npz"}, {"file": "delta-8.npz"}]}]
+    assert row_deltas.remove_unreferenced(str(tmp_path), [*keep, None]) == []
+    assert row_deltas.remove_unreferenced(str(tmp_path), []) == []
+    assert row_deltas.delta_rounds(str(tmp_path)) == [2, 4, 6, 8]
+    assert row_deltas.remove_unreferenced(str(tmp_path), keep) == ["delta-2.npz", "delta-6.npz"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".delta-10.npz.tmp7", "delta-4.npz",
+                                                          "delta-8.npz"]
+
+
+@pytest.mark.parametrize("kind", ["host", "disk"])
+def test_a_compacted_record_restores_every_checkpoints_rows(tmp_path, monkeypatch, kind):
+    """Rows written over 8 checkpoints of a store whose record compacts (COMPACT_AFTER 1):
+    restoring any checkpoint's manifest in a fresh store (newest first: a restore removes
+    the later deltas) gives the rows a plain dict of numpy rows holds at that checkpoint,
+    and a snapshot's manifest names one delta holding every row held."""
+    monkeypatch.setattr(row_deltas, "COMPACT_AFTER", 1.0)
+    algo = fedavg(lambda p, b: jnp.sum(p["w"]) * 0.0)
+    params, c = {"w": np.zeros(3, np.float32)}, 12
+
+    def make(name):
+        store = (client_store.HostStore(algo, params, c) if kind == "host" else
+                 client_store.DiskStore(algo, params, c, str(tmp_path / name)))
+        store.attach(str(tmp_path / "record"))
+        return store
+
+    store, reference, saved = make("rows"), {}, []
+    rng = np.random.default_rng(0)
+    template = store.gather(np.arange(c))
+    for t in range(1, 9):
+        ids = np.sort(rng.choice(c, 4, replace=False))
+        values = rng.normal(size=(4, 3)).astype(np.float32)
+        store.scatter(ids, jax.tree.map(lambda x: x[:4], template)._replace(
+            client_params={"w": values}))
+        reference.update({int(i): v for i, v in zip(ids, values)})
+        manifest = store.checkpoint(t)
+        store.committed(t)
+        saved.append((t, manifest, dict(reference)))
+        assert manifest["rows_held"] == len(reference)
+    snapshots = [m for _, m, _ in saved if len(m["deltas"]) == 1 and m["deltas"][0]["rows"]
+                 == m["rows_held"] and m is not saved[0][1]]
+    assert snapshots  # the rule fired
+    for t, manifest, want in reversed(saved):  # a restore removes the later deltas
+        again = make(f"again-{t}")
+        again.restore(t, manifest)
+        got = np.asarray(again.gather(np.arange(c)).client_params["w"])
+        for i in range(c):
+            np.testing.assert_array_equal(got[i], want.get(i, np.zeros(3, np.float32)))
+        assert again.rows_held == len(want)

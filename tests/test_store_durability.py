@@ -11,6 +11,7 @@ from conftest import QUIET, quiet_config, rows, without_timing
 
 from fedinit_jax import client_store, row_deltas
 from fedinit_jax.experiment import simulation
+from fedinit_jax.experiment.checkpoint import Checkpointer
 
 ROUNDS, EVERY = 6, 2
 SLOW = pytest.mark.slow  # another mode or store of a case CI runs once: `pytest -m slow`
@@ -255,3 +256,29 @@ def test_a_failed_row_write_is_a_failed_write(tmp_path, monkeypatch):
     monkeypatch.setattr(client_store.DiskStore, "_write_rows", full_write)
     with pytest.raises(WriteError, match=r"no space left on device writing .*client_rows"):
         simulation.run(_config("disk"), str(tmp_path), **QUIET)
+
+
+@pytest.mark.parametrize("store", ["host", pytest.param("disk", marks=SLOW)])
+@pytest.mark.parametrize("kill", [None, "rows_saved:4", "checkpoint_committed:4"])
+def test_a_compacting_record_resumes_exactly_and_keeps_only_what_checkpoints_name(
+        tmp_path, monkeypatch, uninterrupted, store, kill):
+    """COMPACT_AFTER 0.5 (a snapshot at every checkpoint after the first) and one checkpoint
+    kept: killed after checkpoint 4's snapshot but before its server state, or after its
+    commit but before the deltas no checkpoint names are deleted, the rerun equals an
+    uninterrupted run, and the record ends as the last checkpoint's snapshot alone."""
+    monkeypatch.setattr(row_deltas, "COMPACT_AFTER", 0.5)
+    config = _config(store, keep_checkpoints=1)
+    folder = str(tmp_path / "client_rows")
+    if kill:
+        with pytest.raises(Killed):
+            simulation.run(config, str(tmp_path), fault=_at(kill), **QUIET)
+        # before the commit the snapshot is not named yet; after it, delta-2 is left over
+        assert row_deltas.delta_rounds(folder) == [2, 4]
+    simulation.run(config, str(tmp_path), **QUIET)
+    assert without_timing(rows(tmp_path)) == uninterrupted
+    assert row_deltas.delta_rounds(folder) == [6]
+    manifest = Checkpointer(str(tmp_path), keep=1).client_rows(6)
+    assert [entry["file"] for entry in manifest["deltas"]] == ["delta-6.npz"]
+    with np.load(os.path.join(folder, "delta-6.npz")) as snapshot:  # every row held
+        assert snapshot["ids"].size == len(set(snapshot["ids"].tolist())) == manifest[
+            "rows_held"] > 4

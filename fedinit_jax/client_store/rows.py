@@ -152,13 +152,17 @@ class LazyStore:
 
     def checkpoint(self, rounds_done: int) -> dict:
         """Write folder/delta-<rounds_done>.npz, the rows written since the previous
-        checkpoint, streamed block by block (row_deltas.write_delta). Returns the manifest
-        of this checkpoint (row_deltas.py), to be saved with its server state."""
-        ids = np.array(sorted(self._written), np.int64)
+        checkpoint, or every row held when the deltas outgrow them (row_deltas.compacts: a
+        snapshot, the manifest's one delta), streamed block by block
+        (row_deltas.write_delta). Returns the manifest of this checkpoint (row_deltas.py),
+        to be saved with its server state."""
+        held = self._recorded | self._written
+        snapshot = row_deltas.compacts(self._entries, len(self._written), len(held))
+        ids = np.array(sorted(held if snapshot else self._written), np.int64)
         entry = row_deltas.write_delta(self.folder, rounds_done, ids,
                                        lambda some: self._read_flat(some)[0])
-        self._entries.append(entry)
-        self._recorded.update(self._written)
+        self._entries = [entry] if snapshot else [*self._entries, entry]
+        self._recorded = held
         return {"format": row_deltas.FORMAT, "deltas": list(self._entries),
                 "rows_held": len(self._recorded)}
 

@@ -77,6 +77,11 @@ class Checkpointer:
             return None
         return metadata.get("client_rows")
 
+    def manifests(self) -> list:
+        """The client store's manifest of every kept checkpoint (None where a checkpoint has
+        none): what row_deltas.remove_unreferenced keeps."""
+        return [self.client_rows(step) for step in self._manager.all_steps()]
+
     def restore(self, like, keep_damaged=False):
         """(rounds done, state) of the newest readable checkpoint, or (0, None) if none is.
 

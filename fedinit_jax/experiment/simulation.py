@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedinit_jax import client_store, data, experiment
+from fedinit_jax import client_store, data, experiment, row_deltas
 from fedinit_jax.checks import check_round_input, check_state
 from fedinit_jax.experiment import distributed, outputs, stopping
 from fedinit_jax.experiment import workdir as workdir_lib
@@ -246,7 +246,9 @@ def _evaluate(exp, state, clients) -> dict:
 def _checkpoint(checkpointer, rounds_done, state, config, clients, primary, fault):
     """The checkpoint after `rounds_done`: a client store's rows first (process 0 writes
     their delta and its manifest), then the server state with the manifest, then the store
-    told that the checkpoint is committed."""
+    told that the checkpoint is committed, then the deltas no kept checkpoint names
+    deleted (row_deltas.remove_unreferenced; a kill before or during it leaves files the
+    next checkpoint deletes)."""
     keeps_rows = clients is not None and primary  # process 0's record
     manifest = None
     if keeps_rows:
@@ -260,6 +262,9 @@ def _checkpoint(checkpointer, rounds_done, state, config, clients, primary, faul
         raise
     if keeps_rows:
         clients.committed(rounds_done)
+        fault("checkpoint_committed", rounds_done)
+        with workdir_lib.reporting(clients.folder):
+            row_deltas.remove_unreferenced(clients.folder, checkpointer.manifests())
 
 
 def _checkpoint_due(schedule, rounds_done, stopping) -> bool:
