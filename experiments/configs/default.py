@@ -39,7 +39,7 @@ def get_config():
     # model
     c.model = "mlp"
     c.model_width = 1.0             # cnn / mlp width multiplier
-    c.conv = "auto"                 # auto | xla | fast | im2col (models/conv.py)
+    c.conv = "auto"                 # auto (by backend and execution) | xla | fast | im2col
     # algorithm; every hyperparameter of a registered algorithm (beta, server_lr, rho, lam,
     # alpha, mu, b1, b2, eps, ...) is a field, None = the builder's documented default
     c.algorithm = "fedinit"
