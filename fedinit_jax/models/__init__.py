@@ -63,7 +63,7 @@ def get(name: str, num_classes: int, *, conv: str = "auto", execution: str = "au
         raise ValueError(f"model={name!r} is unknown; available: {', '.join(NAMES)}")
     if not isinstance(num_classes, int) or num_classes < 2:
         raise ValueError(f"num_classes={num_classes!r} must be an int >= 2")
-    convolution = conv_fn(conv, execution)  # checked for every model: a misspelling is always an error
+    convolution = conv_fn(conv, execution)  # checked for every model: a misspelling is an error
     if name in CONV_MODELS:
         kwargs["conv"] = convolution
     module = _MODULES[name](num_classes, **kwargs)

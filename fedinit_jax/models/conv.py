@@ -28,8 +28,8 @@ while an im2col GEMM becomes a batched GEMM (one H200, 10 clients x 50 steps x b
 round 2.46x faster for ResNet-18-GN, 2.18x for VGG-11, 1.15x for the CNN; benchmarks/
 RESULTS.md); sequential clients keep the stock convolution (there im2col was 1.01x slower
 for ResNet-18-GN and 3.9x for the CNN). On TPU the stock convolution (not measured). On CPU
-`cpu_conv`, whatever the execution: per convolution, `fast_conv` when the output has >= FAST_MIN_POSITIONS spatial
-positions (XLA's forward is faster than a GEMM over patches kh*kw times the input's size
+`cpu_conv`, whatever the execution: per convolution, `fast_conv` when the output has >=
+FAST_MIN_POSITIONS spatial positions (XLA's forward is faster than a GEMM over patches kh*kw times the input's size
 that no longer stay in cache: the CNN's 28x28 and 10x10 outputs, ResNet's 16x16 stem) and
 `im2col_conv` below (ResNet's 8x8 .. 1x1 stages, where XLA's forward is slow too).
 """

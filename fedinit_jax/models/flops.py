@@ -2,7 +2,7 @@
 
 XLA's `cost_analysis()` counts what its own compiler emits: on GPU a cuDNN convolution or a
 cuBLAS matmul is a custom call it does not count (an H200 round of ResNet-18-GN was reported
-at 62 GFLOP/s where the jaxpr holds ~12 TFLOP/s of work), so the count here is read from the
+at 62 GFLOP/s where the jaxpr holds ~11 TFLOP/s of work), so the count here is read from the
 program before lowering:
 
     dot_general:  2 * prod(out.shape) * prod(lhs contracting dims)
