@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The speed suite on a GPU machine, in one prepared run (~9 min on one H200), the most wanted
+# The speed suite on a GPU machine, in one prepared run (9-10 min on one H200), the most wanted
 # numbers first.
 #
 #   bash benchmarks/gpu.sh [OUTPUT_DIR]              # on the GPU machine
