@@ -368,3 +368,20 @@ def test_auto_on_cpu_keeps_a_sparsely_sampled_federation_in_host_memory(tmp_path
                    log=logged.append, progress=False)
     info = simulation.workdir_lib.read_json(str(tmp_path / "dense" / "run_info.json"))
     assert info["client_store"] == "device"
+
+
+def test_an_explicit_device_store_that_a_checkpoint_would_overflow_is_refused(tmp_path,
+                                                                              monkeypatch):
+    """client_store=device on CPU when the compiled round and a checkpoint's copies of the
+    tables do not fit: refused before any round, naming the flag and the stores that fit
+    (it would be killed for memory at its first checkpoint); nothing is written."""
+    from conftest import quiet_config
+
+    from fedinit_jax.experiment import memory, simulation
+
+    monkeypatch.setattr(memory, "SAVE_COPIES", 10**9)
+    with pytest.raises(ValueError, match=r"config.client_store=.device.*copies of the tables "
+                                         r"a checkpoint holds.*client_store=host or disk"):
+        simulation.run(quiet_config(rounds=2, client_store="device"), str(tmp_path / "run"),
+                       progress=False, log=lambda line: None)
+    assert not os.path.exists(tmp_path / "run" / "checkpoints")

@@ -69,8 +69,15 @@ def build(run_plan, client_store=None, log=None) -> Experiment:
             began = time.perf_counter()
             need = check_compiled_round(run_plan, algo, shapes, task)
             log(f"round compiled ({time.perf_counter() - began:.1f} s)")
-            if store == "auto":
+            try:
                 memory.check_checkpoint_memory(run_plan, state, need)
+            except ValueError as err:
+                if store == "device":  # it would be killed for memory at its first checkpoint
+                    fail_config("client_store", store, f"on CPU the device's tables are host "
+                                f"memory, and {err}; client_store=host or disk keep the rows "
+                                "off the device and stream their checkpoints (auto picks)")
+                raise
+            if store == "auto":
                 reason = "the tables and the compiled round fit" + (
                     ", with a checkpoint's copies" if jax.default_backend() == "cpu" else "")
             store = "device"

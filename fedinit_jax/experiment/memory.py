@@ -73,10 +73,11 @@ SAVE_COPIES = 2
 
 
 def check_checkpoint_memory(run_plan, state: costs.StateCosts, round_need: int) -> None:
-    """client_store=auto on a CPU backend, where the device's tables are host memory too:
-    ValueError (the clients then go to the host store, whose checkpoints stream) unless the
-    compiled round (round_need bytes, the tables included) and the SAVE_COPIES copies of
-    the tables a checkpoint holds fit the host's available memory."""
+    """The device store on a CPU backend, where the device's tables are host memory too:
+    ValueError unless the compiled round (round_need bytes, the tables included) and the
+    SAVE_COPIES copies of the tables a checkpoint holds fit the host's available memory
+    (client_store=auto then keeps the clients in the host store, whose checkpoints stream;
+    an explicit client_store=device is refused before training)."""
     if jax.default_backend() != "cpu":
         return
     tables = run_plan.sampling.num_clients * state.per_client_bytes
