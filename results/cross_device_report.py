@@ -11,7 +11,8 @@ seed), the final train loss (mean of the last 20 rounds) and its ratio to FedAvg
 each run ended (done, or diverged at a round); mean ± sample std over seeds, every other test
 metric (test_accuracy_new) likewise. And OUT/<folder>_curves.png: test accuracy, train loss
 and Delta^t = (1/C) sum ||o_i||^2 at evaluation rounds, one line per method (mean over seeds,
-min-max band only with 3 or more seeds).
+min-max band only with 3 or more seeds). With --drift W, a table of the round divergence
+(the cohort's spread around the new global model) averaged over windows of W rounds.
 """
 import argparse
 import glob
@@ -121,6 +122,25 @@ def table(folder, target, window, last, rounds=None):
     return "\n".join(lines), groups
 
 
+def drift_table(groups, every):
+    """Per method, the round divergence (mean_S ||w_iK - w^{t+1}||^2, the cohort's spread
+    around the new global model) averaged over the rounds of each window of `every` rounds,
+    then over seeds (runs that diverged left out of the windows they did not reach)."""
+    end = max(r["round"] for runs in groups.values() for _, run, _ in runs for r in run.rows)
+    starts = list(range(1, end + 1, every))
+    head = ["method"] + [f"rounds {a}-{min(a + every - 1, end)}" for a in starts]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, runs in groups.items():
+        cells_ = []
+        for a in starts:
+            means = [st.mean(r["divergence"] for r in run.rows if a <= r["round"] < a + every)
+                     for _, run, _ in runs
+                     if any(a <= r["round"] < a + every for r in run.rows)]
+            cells_.append(f"{st.mean(means):.3g}" if means else "-")
+        lines.append("| " + " | ".join([name] + cells_) + " |")
+    return "\n".join(lines)
+
+
 def figure(groups, path, title):
     import matplotlib
 
@@ -165,6 +185,8 @@ def main():
     parser.add_argument("--last", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=None,
                         help="read every run as if it ended at this round")
+    parser.add_argument("--drift", type=int, default=None,
+                        help="add the round divergence averaged over windows of this many rounds")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     parts = []
@@ -175,8 +197,11 @@ def main():
         upto = f" Every run read to round {args.rounds}." if args.rounds else ""
         starred = ("\n\n\\* diverged by the runaway rule applied to the recorded metrics (the "
                    "run predates the rule)." if "*" in text else "")
+        drift = (f"\n\nRound divergence, mean_S ||w_iK - w^(t+1)||^2, averaged over rounds "
+                 f"and seeds:\n\n{drift_table(groups, args.drift)}" if args.drift else "")
         parts.append(f"## {name}\n\nFinal: moving average over {args.window} evaluations, max "
-                     f"over the last {args.last} rounds.{upto}\n\n{text}{starred}\n\n![{name}]({name}_curves.png)")
+                     f"over the last {args.last} rounds.{upto}\n\n{text}{starred}{drift}\n\n"
+                     f"![{name}]({name}_curves.png)")
     with open(os.path.join(args.out, "report.md"), "w") as f:
         f.write("\n\n".join(parts) + "\n")
     print("\n\n".join(parts))

@@ -14,10 +14,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(ROOT, "docs", "study_cross_device.md")
 # each study folder with the report options its table in the doc was made with
 STUDIES = (
-    ("cross_device_cifar10/dir0.1", dict(target=0.45, window=3, last=100)),
+    ("cross_device_cifar10/dir0.1", dict(target=0.45, window=3, last=100, drift=200)),
     ("cross_device_cifar10/dir0.6", dict(target=0.45, window=3, last=100)),
     ("cross_device_synthetic", dict(target=0.6, window=3, last=50)),
-    ("cross_device_shakespeare", dict(target=0.5, window=1, last=50, rounds=300)),
+    ("cross_device_shakespeare", dict(target=0.5, window=1, last=50, rounds=300, drift=50)),
 )
 
 
@@ -31,8 +31,14 @@ def _report_module():
 
 @pytest.mark.parametrize("folder,options", STUDIES, ids=[s for s, _ in STUDIES])
 def test_doc_tables_are_the_regenerated_ones(folder, options):
-    text, groups = _report_module().table(os.path.join(ROOT, "results", folder), **options)
+    options = dict(options)
+    drift = options.pop("drift", None)
+    report = _report_module()
+    text, groups = report.table(os.path.join(ROOT, "results", folder), **options)
     assert text in open(DOC).read(), text.splitlines()[2]
+    if drift:
+        drift_text = report.drift_table(groups, drift)
+        assert drift_text in open(DOC).read(), drift_text
     for name, runs in groups.items():
         for seed, run, _ in runs:
             assert run.config["seed"] == seed, (folder, name, seed)
