@@ -5,7 +5,7 @@
 # FedAvg, FedInit `start`, Algorithm 1 (`model`, first visits from w) and `momentum` are links
 # to results/shakespeare_paper and results/shakespeare_momentum, which ran them (to 1,200
 # rounds, or until they diverged); the report reads every run to round 300
-# (results/cross_device_report.py --rounds 300).
+# (results/cross_device_report.py --rounds 300 --drift 50).
 # Resumable: rerun the same command; a finished cell is done, an unfinished one resumes.
 #   bash results/cross_device_shakespeare/run_study.sh [RESULTS_DIR [SEEDS]]
 # One cell at a time: a run holds 8-16 GiB of host memory (FedAvg ~8 GiB; the [C, d] tables of
@@ -37,3 +37,9 @@ for seed in $seeds; do
   cell scaffold "$seed" --config.algorithm=scaffold
   cell scaffold-momentum "$seed" --config.algorithm=scaffold $MOMENTUM
 done
+# SCAFFOLD with the `next` offset (the client's last drift alone), seed 0: which part of the
+# `momentum` offset drives SCAFFOLD + RI's drift (docs/study_cross_device.md)
+if [[ " $seeds " == *" 0 "* ]]; then
+  cell scaffold-next 0 --config.algorithm=scaffold --config.beta=0.1 --config.ri_offset=next \
+      --config.first_visit=global
+fi
