@@ -133,9 +133,9 @@ def drift_table(groups, every):
     for name, runs in groups.items():
         cells_ = []
         for a in starts:
-            means = [st.mean(r["divergence"] for r in run.rows if a <= r["round"] < a + every)
-                     for _, run, _ in runs
-                     if any(a <= r["round"] < a + every for r in run.rows)]
+            windows = [[r["divergence"] for r in run.rows if a <= r["round"] < a + every]
+                       for _, run, _ in runs]
+            means = [st.mean(w) for w in windows if w]
             cells_.append(f"{st.mean(means):.3g}" if means else "-")
         lines.append("| " + " | ".join([name] + cells_) + " |")
     return "\n".join(lines)
