@@ -38,7 +38,8 @@ from fedinit_jax import execution, local, tree
 from fedinit_jax.correction import LocalContext, ServerInput
 from fedinit_jax.types import Array, Cohort, FedState, RoundInput, RoundSpec, Runtime  # noqa: F401 (Cohort, RoundSpec: where they were)
 
-__all__ = ["DELTA_FROM", "COPY_WARNING_BYTES", "FIRST_VISIT", "RI_OFFSETS", "RI_MAX_GAIN",
+__all__ = ["DELTA_FROM", "COPY_WARNING_BYTES", "FIRST_VISIT", "RI_OFFSETS",
+           "RI_MOMENTUM_OFFSETS", "RI_MAX_GAIN",
            "CLIENT_STATE_DTYPES", "to_storage", "from_storage", "init_state",
            "initial_offset_row", "relaxed_start", "stored_offset", "momentum_decay",
            "next_momentum", "offset_reference", "Slots", "slots", "local_rules", "ClientInput",
@@ -54,8 +55,12 @@ FIRST_VISIT = ("init", "global")
 # Algorithm 1 would use had the client returned the round after its visit; "drift"
 # o_i = w^{tau_i} - w_i, its own last drift; "momentum" o_i = (w^{tau_i + 1} - w_i) + m^t, the
 # server steps since the visit replaced by their expectation m^t (a decaying sum of w's steps,
-# FedState.ri_momentum) (docs/algorithms.md, "Clients that return late")
-RI_OFFSETS = ("model", "next", "drift", "momentum")
+# FedState.ri_momentum); "shared" o_i = m^t alone, the same offset for every client (the
+# client's own part dropped: its row keeps w^{tau_i + 1} - w_i for Delta^t only)
+# (docs/algorithms.md, "Clients that return late")
+RI_OFFSETS = ("model", "next", "drift", "momentum", "shared")
+# the offset rules that keep m^t on the server (FedState.ri_momentum)
+RI_MOMENTUM_OFFSETS = ("momentum", "shared")
 # ri_offset="momentum": the largest feedback gain beta gamma / (1 - gamma) of m^t (below 1, so
 # w's steps cannot grow; 0.9 is Algorithm 1's at 10 of 100 clients and beta 0.1)
 RI_MAX_GAIN = 0.9
@@ -109,7 +114,8 @@ def init_state(spec: RoundSpec, runtime: Runtime, beta: float, params,
         beta=jnp.asarray(beta, jnp.float32),
         rounds_done=jnp.zeros((), jnp.int32),
         client_visited=jnp.zeros((num_clients,), bool),
-        ri_momentum=optax.tree.zeros_like(params) if spec.ri_offset == "momentum" else ())
+        ri_momentum=(optax.tree.zeros_like(params) if spec.ri_offset in RI_MOMENTUM_OFFSETS
+                     else ()))
     tables = sum(x.nbytes for x in jax.tree.leaves(
         (state.client_params, state.client_state, state.client_visited)))
     if not runtime.donate_state and tables > COPY_WARNING_BYTES:
@@ -136,18 +142,22 @@ def initial_offset_row(spec: RoundSpec, params):
 def relaxed_start(spec: RoundSpec, state: FedState, rows, beta):
     """w_i0 of every cohort slot from its stored rows (client_params, float32):
     w + beta (w - w_i) (ri_offset="model"), w + beta (o_i + m^t) ("momentum", m^t =
-    state.ri_momentum), or w + beta o_i (the other offset rules)."""
+    state.ri_momentum), w + beta m^t ("shared": the rows are not read), or w + beta o_i
+    (the other offset rules)."""
     w = state.params
     if spec.ri_offset == "model":
         return tree.relaxed_init(w, rows, beta)
     if spec.ri_offset == "momentum":
         rows = jax.tree.map(lambda o, m: o + m[None], rows, state.ri_momentum)
+    if spec.ri_offset == "shared":
+        rows = jax.tree.map(lambda o, m: jnp.broadcast_to(m[None], o.shape), rows,
+                            state.ri_momentum)
     return tree.offset_init(w, rows, beta)
 
 
 def stored_offset(spec: RoundSpec, w, w_new, w_end):
     """What each cohort slot's client_params row keeps after the round: w_iK ("model"),
-    w^{t+1} - w_iK ("next", "momentum"), or w^t - w_iK ("drift")."""
+    w^{t+1} - w_iK ("next", "momentum", "shared"), or w^t - w_iK ("drift")."""
     if spec.ri_offset == "model":
         return w_end
     base = w if spec.ri_offset == "drift" else w_new
@@ -155,7 +165,8 @@ def stored_offset(spec: RoundSpec, w, w_new, w_end):
 
 
 def momentum_decay(beta, cohort_size: int, num_clients: int):
-    """gamma of ri_offset="momentum": 1 - N/C, the probability that a client sampled now was
+    """gamma of ri_offset="momentum" and "shared": 1 - N/C, the probability that a client
+    sampled now was
     not sampled in a given earlier round (uniform sampling of N of C), so that
     m^t = sum_{k >= 1} gamma^k (w^{t-k+1} - w^{t-k}) is the expected sum of w's steps since a
     returning client's visit (Algorithm 1's offset), capped at RI_MAX_GAIN / (RI_MAX_GAIN +
@@ -173,8 +184,9 @@ def momentum_decay(beta, cohort_size: int, num_clients: int):
 
 
 def next_momentum(spec: RoundSpec, state: FedState, w_new, cohort_size, num_clients: int):
-    """m^{t+1} = gamma (m^t + w^{t+1} - w^t) under ri_offset="momentum" (() otherwise)."""
-    if spec.ri_offset != "momentum":
+    """m^{t+1} = gamma (m^t + w^{t+1} - w^t) under ri_offset="momentum" or "shared" (()
+    otherwise)."""
+    if spec.ri_offset not in RI_MOMENTUM_OFFSETS:
         return state.ri_momentum
     gamma = momentum_decay(state.beta, cohort_size, num_clients)
     return jax.tree.map(lambda m, a, b: gamma * (m + a - b), state.ri_momentum, w_new,

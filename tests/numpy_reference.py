@@ -34,6 +34,7 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
     "next" o_i = w^{t+1} - w_iK kept from the client's last round t; "drift" o_i = w^t - w_iK;
     "momentum" o_i = (w^{t+1} - w_iK) + m, m <- gamma (m + w_new - w) after each round,
     gamma = min(1 - |S|/C, 0.9 / (0.9 + |beta|)), m = 0 at first, added for new clients too;
+    "shared" o_i = m alone (each client's w^{t+1} - w_iK still kept, for divergence_all);
     an offset starts at 0 (a client never sampled starts from w). Returns "w_local" as the
     stored rows: w_i ("model") or o_i; divergence_all is (1/C) sum ||o_i||^2 under each.
     """
@@ -52,7 +53,7 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
     v = np.zeros_like(w)
     mu_i = [np.zeros_like(w) for _ in range(num_clients)]
     s = np.zeros_like(w)
-    ri_m = np.zeros_like(w)  # ri_offset="momentum"'s shared offset
+    ri_m = np.zeros_like(w)  # ri_offset="momentum"'s (and "shared"'s) shared offset
     history = []
     clipped = []  # per local step: was the gradient clipped?
     for ids, xs, ys, lr in rounds:
@@ -61,6 +62,8 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
         for n, i in enumerate(ids):
             if ri_offset == "model":
                 start = w + beta * (w - w_local[i])
+            elif ri_offset == "shared":
+                start = w + beta * ri_m
             else:
                 start = w + beta * (offset[i] + (ri_m if ri_offset == "momentum" else 0.0))
             x = start.copy()

@@ -309,10 +309,12 @@ def test_first_visit_decides_where_a_new_client_starts(first_visit):
 
 
 @pytest.mark.parametrize("name, ri_offset", [("fedinit", "next"), ("fedinit", "drift"),
-                                             ("fedinit", "momentum"), ("scaffold", "next")])
+                                             ("fedinit", "momentum"), ("fedinit", "shared"),
+                                             ("scaffold", "next"), ("scaffold", "shared")])
 def test_offset_rules_match_the_numpy_reference(name, ri_offset, theta0, linreg_rounds):
     """ri_offset="next" (w_i0 = w + beta (w^{tau_i+1} - w_i)), "drift" (w + beta (w^{tau_i}
-    - w_i)) and "momentum" (w + beta (w^{tau_i+1} - w_i + m^t)) against the plain-numpy
+    - w_i)), "momentum" (w + beta (w^{tau_i+1} - w_i + m^t)) and "shared" (w + beta m^t)
+    against the plain-numpy
     loop: w, the stored offsets (and m^t), every round's metrics and the mean squared offset
     that divergence_all reports; "model" is Algorithm 1 (the other tests). An offset rule
     without first_visit="global" is refused."""
@@ -328,7 +330,7 @@ def test_offset_rules_match_the_numpy_reference(name, ri_offset, theta0, linreg_
     rows = np.concatenate([np.asarray(state.client_params["w"]),
                            np.asarray(state.client_params["b"])[:, None]], axis=1)
     np.testing.assert_allclose(rows, ref["w_local"], rtol=1e-5, atol=1e-6)
-    if ri_offset == "momentum":
+    if ri_offset in ("momentum", "shared"):
         np.testing.assert_allclose(flat(state.ri_momentum), ref["ri_m"], rtol=1e-5, atol=1e-6)
     else:
         assert state.ri_momentum == ()

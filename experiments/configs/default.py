@@ -51,7 +51,8 @@ def get_config():
     c.ri_offset = "model"           # the RI offset o_i, w_i0 = w + beta o_i: model (Algorithm 1,
                                     # w - w_i) | next (w^{tau_i+1} - w_i) | drift (w^{tau_i} -
                                     # w_i) | momentum (next + m^t, the expected server steps
-                                    # since the visit); all but model need first_visit=global
+                                    # since the visit) | shared (m^t alone, every client
+                                    # alike); all but model need first_visit=global
     # local training
     c.local_lr = 0.1
     c.lr_decay = config_dict.placeholder(float)  # None: 0.998 (FedDyn 0.9995) per round

@@ -58,7 +58,8 @@ def fedavg(loss_fn, *, server_lr: float = 1.0, server_optimizer=None, client_opt
       client's own last drift) or "momentum" (o_i = w^{tau_i + 1} - w_i + m^t: the server
       steps since the visit replaced by their expectation m^t, a decaying sum of w's steps
       whose feedback gain is capped below 1; FedState.ri_momentum, one model-sized vector on
-      the server). An offset rule stores its row's part of o_i instead of w_i (same cost)
+      the server) or "shared" (o_i = m^t, the same for every client: "momentum" without the
+      client's own part, a server momentum the clients start from). An offset rule stores its row's part of o_i instead of w_i (same cost)
       and needs first_visit="global" (a first offset is zero).
       docs/algorithms.md, "Clients that return late".
     runtime: how the round runs (fedinit_jax.Runtime), never what it computes; or later

@@ -29,5 +29,7 @@ for seed in $seeds; do
     cell scaffold "$alpha" "$seed" --config.algorithm=scaffold
     cell scaffold-next "$alpha" "$seed" --config.algorithm=scaffold --config.beta=0.1 --config.ri_offset=next
     cell scaffold-momentum "$alpha" "$seed" --config.algorithm=scaffold --config.beta=0.1 --config.ri_offset=momentum
+    cell fedinit-shared "$alpha" "$seed" --config.algorithm=fedinit --config.ri_offset=shared
+    cell scaffold-shared "$alpha" "$seed" --config.algorithm=scaffold --config.beta=0.1 --config.ri_offset=shared
   done
 done
