@@ -180,7 +180,8 @@ def test_the_loop_with_a_store_resumes_exactly_after_a_fault(tmp_path, device_ro
 
 def test_the_momentum_offset_resumes_exactly(tmp_path):
     """ri_offset="momentum" keeps m^t on the server (FedState.ri_momentum, in the checkpoint):
-    a run cut after a checkpoint resumes to the rows of an uninterrupted one."""
+    a run cut after a checkpoint resumes to the rows of an uninterrupted one ("shared" keeps
+    the same state)."""
     from conftest import QUIET, fault_then_resume, quiet_config, rows, without_timing
 
     from fedinit_jax.experiment import simulation
