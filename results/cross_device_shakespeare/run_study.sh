@@ -28,6 +28,8 @@ cell() {  # cell NAME SEED ARGS...: one run; a diverged run (exit 3) is a result
       --config.rounds=300 --config.seed="$seed" --workdir "$out/$name-s$seed" "$@" || [ $? -eq 3 ]
 }
 MOMENTUM="--config.beta=0.1 --config.ri_offset=momentum --config.first_visit=global"
+NEXT="--config.beta=0.1 --config.ri_offset=next --config.first_visit=global"
+SHARED="--config.beta=0.1 --config.ri_offset=shared --config.first_visit=global"
 for seed in $seeds; do
   cell fedavg "$seed" --config.algorithm=fedavg
   cell fedinit-model "$seed" --config.algorithm=fedinit --config.first_visit=global  # Algorithm 1, global
@@ -36,10 +38,9 @@ for seed in $seeds; do
   cell fedinit-momentum "$seed" --config.algorithm=fedinit $MOMENTUM
   cell scaffold "$seed" --config.algorithm=scaffold
   cell scaffold-momentum "$seed" --config.algorithm=scaffold $MOMENTUM
+  # the two parts of the `momentum` offset apart: the client's last drift alone (`next`) and
+  # the expected server steps alone (`shared`) (docs/study_cross_device.md)
+  cell scaffold-next "$seed" --config.algorithm=scaffold $NEXT
+  cell scaffold-shared "$seed" --config.algorithm=scaffold $SHARED
+  cell fedinit-shared "$seed" --config.algorithm=fedinit $SHARED
 done
-# SCAFFOLD with the `next` offset (the client's last drift alone), seed 0: which part of the
-# `momentum` offset drives SCAFFOLD + RI's drift (docs/study_cross_device.md)
-if [[ " $seeds " == *" 0 "* ]]; then
-  cell scaffold-next 0 --config.algorithm=scaffold --config.beta=0.1 --config.ri_offset=next \
-      --config.first_visit=global
-fi
