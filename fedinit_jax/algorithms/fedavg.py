@@ -59,8 +59,9 @@ def fedavg(loss_fn, *, server_lr: float = 1.0, server_optimizer=None, client_opt
       steps since the visit replaced by their expectation m^t, a decaying sum of w's steps
       whose feedback gain is capped below 1; FedState.ri_momentum, one model-sized vector on
       the server) or "shared" (o_i = m^t, the same for every client: "momentum" without the
-      client's own part, a server momentum the clients start from). An offset rule stores its row's part of o_i instead of w_i (same cost)
-      and needs first_visit="global" (a first offset is zero).
+      client's own part, a server momentum the clients start from). An offset rule stores its
+      row's part of o_i instead of w_i (same cost) and needs first_visit="global" (a first
+      offset is zero).
       docs/algorithms.md, "Clients that return late".
     runtime: how the round runs (fedinit_jax.Runtime), never what it computes; or later
       with `fedinit_jax.with_runtime(algo, execution="sequential")`.
