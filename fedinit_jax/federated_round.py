@@ -166,8 +166,7 @@ def stored_offset(spec: RoundSpec, w, w_new, w_end):
 
 def momentum_decay(beta, cohort_size: int, num_clients: int):
     """gamma of ri_offset="momentum" and "shared": 1 - N/C, the probability that a client
-    sampled now was
-    not sampled in a given earlier round (uniform sampling of N of C), so that
+    sampled now was not sampled in a given earlier round (uniform sampling of N of C), so that
     m^t = sum_{k >= 1} gamma^k (w^{t-k+1} - w^{t-k}) is the expected sum of w's steps since a
     returning client's visit (Algorithm 1's offset), capped at RI_MAX_GAIN / (RI_MAX_GAIN +
     |beta|): the feedback gain |beta| gamma / (1 - gamma) of m^t stays at most RI_MAX_GAIN < 1.

@@ -68,8 +68,9 @@ class FedState(NamedTuple):
     rounds_done: [] int32, rounds completed.
     client_visited: [C] bool, whether each client has been sampled (first_visit="global"
       starts a client never sampled from w: federated_round.py).
-    ri_momentum: m^t, the shared part of the RI offset under ri_offset="momentum" (all of
-      it under "shared"; params' structure; docs/algorithms.md, "Clients that return late"); () under every other rule.
+    ri_momentum: m^t, the shared part of the RI offset under ri_offset="momentum", all of it
+      under "shared" (params' structure; docs/algorithms.md, "Clients that return late");
+      () under every other rule.
     """
 
     params: Params

@@ -314,10 +314,9 @@ def test_first_visit_decides_where_a_new_client_starts(first_visit):
 def test_offset_rules_match_the_numpy_reference(name, ri_offset, theta0, linreg_rounds):
     """ri_offset="next" (w_i0 = w + beta (w^{tau_i+1} - w_i)), "drift" (w + beta (w^{tau_i}
     - w_i)), "momentum" (w + beta (w^{tau_i+1} - w_i + m^t)) and "shared" (w + beta m^t)
-    against the plain-numpy
-    loop: w, the stored offsets (and m^t), every round's metrics and the mean squared offset
-    that divergence_all reports; "model" is Algorithm 1 (the other tests). An offset rule
-    without first_visit="global" is refused."""
+    against the plain-numpy loop: w, the stored offsets (and m^t), every round's metrics and
+    the mean squared offset that divergence_all reports; "model" is Algorithm 1 (the other
+    tests). An offset rule without first_visit="global" is refused."""
     from fedinit_jax.federated_round import divergence_all, offset_reference
 
     beta = 0.3
