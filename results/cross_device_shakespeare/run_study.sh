@@ -43,4 +43,5 @@ for seed in $seeds; do
   cell scaffold-next "$seed" --config.algorithm=scaffold $NEXT
   cell scaffold-shared "$seed" --config.algorithm=scaffold $SHARED
   cell fedinit-shared "$seed" --config.algorithm=fedinit $SHARED
+  cell fedinit-next "$seed" --config.algorithm=fedinit $NEXT
 done
