@@ -24,4 +24,7 @@ for seed in $seeds; do
   cell fedinit-momentum "$seed" --config.algorithm=fedinit --config.ri_offset=momentum
   cell scaffold "$seed" --config.algorithm=scaffold
   cell scaffold-momentum "$seed" --config.algorithm=scaffold --config.beta=0.1 --config.ri_offset=momentum
+  cell fedinit-shared "$seed" --config.algorithm=fedinit --config.ri_offset=shared
+  cell scaffold-next "$seed" --config.algorithm=scaffold --config.beta=0.1 --config.ri_offset=next
+  cell scaffold-shared "$seed" --config.algorithm=scaffold --config.beta=0.1 --config.ri_offset=shared
 done
