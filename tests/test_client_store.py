@@ -178,15 +178,15 @@ def test_the_loop_with_a_store_resumes_exactly_after_a_fault(tmp_path, device_ro
     assert info["client_store"] == store
 
 
-def test_the_momentum_offset_resumes_exactly(tmp_path):
-    """ri_offset="momentum" keeps m^t on the server (FedState.ri_momentum, in the checkpoint):
-    a run cut after a checkpoint resumes to the rows of an uninterrupted one ("shared" keeps
-    the same state)."""
+@pytest.mark.parametrize("ri_offset", ["momentum", "shared"])
+def test_the_momentum_offset_resumes_exactly(tmp_path, ri_offset):
+    """ri_offset="momentum" and "shared" keep m^t on the server (FedState.ri_momentum, in the
+    checkpoint): a run cut after a checkpoint resumes to the rows of an uninterrupted one."""
     from conftest import QUIET, fault_then_resume, quiet_config, rows, without_timing
 
     from fedinit_jax.experiment import simulation
 
-    config = quiet_config(rounds=6, algorithm="fedinit", beta=0.1, ri_offset="momentum",
+    config = quiet_config(rounds=6, algorithm="fedinit", beta=0.1, ri_offset=ri_offset,
                           first_visit="global", client_store="device", checkpoint_every=2)
     simulation.run(config, str(tmp_path / "whole"), **QUIET)
     fault_then_resume(config, tmp_path / "cut", "checkpoint_saved:2")
