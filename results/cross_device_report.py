@@ -39,8 +39,9 @@ def cells(folder, rounds=None):
     `diverged at R` (its recorded train losses meet the runaway rule,
     fedinit_jax.experiment.stopping.runaway, at its last round R, where the rule stopped it;
     or its last train loss is not finite; or its train.log's summary says it diverged),
-    `diverged at R*` (it predates the rule and ran on past round R, where its recorded losses
-    meet it: its rows after R are left out, as the rule would have stopped it there) or
+    `diverged at R*` (it ran on past round R, where its recorded losses meet the rule: it was
+    stopped later by the rule before it, or predates both; its rows after R are left out, as
+    the rule would have stopped it there) or
     `unfinished at R` (stopped before its end). Only the committed files (config.json,
     metrics.jsonl) are needed; train.log, not committed, is read where it exists."""
     out = {}
@@ -54,7 +55,7 @@ def cells(folder, rounds=None):
         log = os.path.join(path, "train.log")
         last = open(log).read().strip().splitlines()[-1] if os.path.exists(log) else ""
         losses = [r["train_loss"] for r in rows]
-        runaway = None if max(losses) <= stopping.RUNAWAY_FACTOR * min(losses) else next(
+        runaway = None if max(losses) <= losses[0] else next(  # the rule needs L_t > L_1
             (i for i in range(1, len(rows) + 1) if stopping.runaway(rows[:i])), None)
         if runaway is not None:
             star = "" if runaway == len(run.rows) else "*"
@@ -195,8 +196,9 @@ def main():
         text, groups = table(folder, args.target, args.window, args.last, args.rounds)
         figure(groups, os.path.join(args.out, f"{name}_curves.png"), name)
         upto = f" Every run read to round {args.rounds}." if args.rounds else ""
-        starred = ("\n\n\\* diverged by the runaway rule applied to the recorded metrics (the "
-                   "run predates the rule)." if "*" in text else "")
+        starred = ("\n\n\\* diverged by today's runaway rule applied to the recorded metrics "
+                   "(the run was stopped later by the rule before it, or predates both and ran "
+                   "on: its rows after R are left out)." if "*" in text else "")
         drift = (f"\n\nRound divergence, mean_S ||w_iK - w^(t+1)||^2, averaged over rounds "
                  f"and seeds:\n\n{drift_table(groups, args.drift)}" if args.drift else "")
         parts.append(f"## {name}\n\nFinal: moving average over {args.window} evaluations, max "

@@ -45,42 +45,42 @@ def test_doc_tables_are_the_regenerated_ones(folder, options):
 
 
 def test_a_run_from_before_the_runaway_rule_ends_where_the_rule_stops_it(tmp_path):
-    """A run whose recorded losses meet the rule at round 8 and go on reads `diverged at 8*`,
-    its rows after round 8 left out; a run the rule stopped at round 8 reads `diverged at 8`
+    """A run whose recorded losses meet the rule at round 15 and go on reads `diverged at 15*`,
+    its rows after round 15 left out; a run the rule stopped at round 15 reads `diverged at 15`
     from its metrics alone (train.log is not committed); a run stopped earlier reads
     `unfinished`, or `diverged` where its last loss is not finite or its train.log says so;
     a run cut at `rounds` before the losses rise reads `done`."""
     import json
 
-    losses = [1.0, 0.9, 0.8, 100.0, 100.0, 100.0, 100.0, 100.0, 100.0, 100.0]
-    assert [i for i in range(1, 11) if stopping.runaway(
-        [{"round": r + 1, "train_loss": x} for r, x in enumerate(losses[:i])])][0] == 8
+    losses = [1.0, 0.9] + [0.8] * 8 + [100.0] * 10
+    assert [i for i in range(1, 21) if stopping.runaway(
+        [{"round": r + 1, "train_loss": x} for r, x in enumerate(losses[:i])])][0] == 15
 
     def cell(name, n, log=None, last=None):
         path = tmp_path / "study" / name
         path.mkdir(parents=True)
         config = json.load(open(os.path.join(
             ROOT, "results", "cross_device_cifar10", "dir0.1", "fedavg-s0", "config.json")))
-        (path / "config.json").write_text(json.dumps({**config, "rounds": 10}))
+        (path / "config.json").write_text(json.dumps({**config, "rounds": 20}))
         (path / "metrics.jsonl").write_text("".join(
             json.dumps({"round": r + 1, "train_loss": x, "test_accuracy": 0.1})
             + "\n" for r, x in enumerate(losses[:n - 1] + [last or losses[n - 1]])))
         if log:
             (path / "train.log").write_text(log + "\n")
 
-    cell("old-s0", 10)
-    cell("stopped-s0", 8)
+    cell("old-s0", 20)
+    cell("stopped-s0", 15)
     cell("killed-s0", 2)
     cell("nan-s0", 2, last=float("nan"))
     cell("logged-s0", 2, log="2026-12-03T00:00:00Z summary: diverged; round 2/10")
     report = _report_module()
     ended = {name: [(e, len(run.rows)) for _, run, e in runs]
              for name, runs in report.cells(str(tmp_path / "study")).items()}
-    assert ended == {"old": [("diverged at 8*", 8)], "stopped": [("diverged at 8", 8)],
+    assert ended == {"old": [("diverged at 15*", 15)], "stopped": [("diverged at 15", 15)],
                      "killed": [("unfinished at 2", 2)], "nan": [("diverged at 2", 2)],
                      "logged": [("diverged at 2", 2)]}
     ended = {name: [e for _, _, e in runs]
              for name, runs in report.cells(str(tmp_path / "study"), rounds=3).items()}
     assert ended == {"old": ["done"], "stopped": ["done"], "killed": ["unfinished at 2"],
                      "nan": ["diverged at 2"], "logged": ["diverged at 2"]}
-    assert R.find_runs([str(tmp_path / "study" / "old-s0")])[0].rows[-1]["round"] == 10
+    assert R.find_runs([str(tmp_path / "study" / "old-s0")])[0].rows[-1]["round"] == 20

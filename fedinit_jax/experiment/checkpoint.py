@@ -5,6 +5,8 @@ algorithm state, server optimizer state, beta, round). Nothing else is needed fo
 resume: every round's randomness (client sample, batch order, PRNG key) is derived from
 (seed, round) and the lr schedule from the round. Orbax writes each step into a temporary
 directory and renames it when complete, so a kill mid-write leaves the previous checkpoint.
+Each step's metadata carries the run's config, the client store's manifest and the record
+(record.py) that proves the checkpoint whole when it is restored.
 """
 import json
 import os
@@ -15,28 +17,34 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+from fedinit_jax.experiment import record as record_lib
 from fedinit_jax.experiment.workdir import WorkdirError
 
-__all__ = ["Checkpointer", "checkpoint_rounds", "saved_config"]
+__all__ = ["Checkpointer", "checkpoint_rounds", "read_metadata", "saved_config", "trimmed"]
 
-# FedState fields added after checkpoints existed, saved only when they hold something, so that
-# a checkpoint written before them restores (and one written now restores with an older layout)
-_ADDED_WHEN_USED = ("ri_momentum",)
+# fields of an evaluation round only (besides test_*): resume.resume trims them from a row
+EVALUATION_ONLY = ("eval_seconds", "divergence_all")
+
+# FedState fields that a run's rule may leave empty (()): saved only when they hold something
+_SAVED_WHEN_USED = ("ri_momentum",)
 
 
 def _on_disk(state):
-    """The dict of state's fields as a checkpoint holds them: an added field left out while it
-    is empty (())."""
+    """The dict of state's fields as a checkpoint holds them: a field of _SAVED_WHEN_USED left
+    out while it is empty (())."""
     return {k: v for k, v in state._asdict().items()
-            if not (k in _ADDED_WHEN_USED and isinstance(v, tuple) and not v)}
+            if not (k in _SAVED_WHEN_USED and isinstance(v, tuple) and not v)}
 
 
 class Checkpointer:
     """Save / restore FedStates under <workdir>/checkpoints, keeping the newest `keep`.
 
-    A checkpoint that cannot be read (truncated, corrupted) is reported, moved aside to
-    checkpoints/corrupt-<round>, and the previous one is used instead; a whole checkpoint of
-    another state layout is left in place and raises WorkdirError.
+    Each checkpoint carries a record (record.py: digests of its state and of the metrics rows
+    up to its round, and of its own metadata) that `record` and `load` verify: a checkpoint
+    that cannot be read, or that differs from what was written, raises record.Damaged naming
+    the file, and resume.resume falls back to the previous one (set_aside moves it to
+    checkpoints/corrupt-<round>); a whole checkpoint of another state layout raises
+    WorkdirError and is left in place.
     """
 
     def __init__(self, workdir: str, keep: int = 2, log=print):
@@ -57,71 +65,80 @@ class Checkpointer:
         """Rounds completed by the newest checkpoint, or None."""
         return self._manager.latest_step()
 
-    def save(self, rounds_done: int, state, config=None, client_rows=None) -> None:
-        """The state after `rounds_done` rounds. `config` (the run's, JSON) and `client_rows`
-        (a client store's manifest: fedinit_jax/row_deltas.py) go into the step's metadata,
-        committed with the state: what identifies the run and its clients' rows travels
-        with it (saved_config, client_rows)."""
+    def steps(self) -> list[int]:
+        """The rounds of the checkpoints orbax lists, newest first."""
+        return sorted(self._manager.all_steps(), reverse=True)
+
+    def save(self, rounds_done: int, state, config=None, client_rows=None, rows=(),
+             client_store=None) -> None:
+        """The state after `rounds_done` rounds, with its step metadata: `config` (the run's,
+        JSON), `client_rows` (a client store's manifest: fedinit_jax/row_deltas.py) and the
+        record (record.py) of the state, of `rows` (the metrics rows 1..rounds_done) and of
+        `client_store`, committed with the state (saved_config, record)."""
         metadata = {k: v for k, v in (("config", config), ("client_rows", client_rows))
                     if v is not None}
+        metadata["record"] = record_lib.make(rounds_done,
+                                             record_lib.state_digest(_on_disk(state)),
+                                             list(rows), trimmed, client_store)
+        metadata["record"]["sha256"] = record_lib.metadata_digest(metadata)
         self._manager.save(rounds_done, args=ocp.args.StandardSave(_on_disk(state)), force=True,
-                           custom_metadata=metadata or None)
+                           custom_metadata=metadata)
         self._manager.wait_until_finished()
+
+    def metadata(self, rounds_done: int) -> dict:
+        """The verified step metadata of the checkpoint after `rounds_done` (its "record",
+        "config" and "client_rows"), or record.Damaged naming the file."""
+        return read_metadata(self._directory, rounds_done)
 
     def client_rows(self, rounds_done: int):
         """The client store's manifest saved with the checkpoint after `rounds_done`, or None
-        (a run without a store, or a checkpoint saved before manifests existed)."""
+        (a run without a store, or a checkpoint whose metadata is damaged)."""
         try:
-            metadata = self._manager.metadata(rounds_done).custom_metadata or {}
-        except Exception:  # noqa: BLE001 - an unreadable step metadata file: no manifest
+            return self.metadata(rounds_done).get("client_rows")
+        except record_lib.Damaged:
             return None
-        return metadata.get("client_rows")
 
     def manifests(self) -> list:
         """The client store's manifest of every kept checkpoint (None where a checkpoint has
         none): what row_deltas.remove_unreferenced keeps."""
         return [self.client_rows(step) for step in self._manager.all_steps()]
 
-    def restore(self, like, keep_damaged=False):
-        """(rounds done, state) of the newest readable checkpoint, or (0, None) if none is.
+    def load(self, rounds_done: int, like, record: dict):
+        """The state of the checkpoint after `rounds_done`, shaped like the pytree `like` (e.g.
+        a fresh init state) and returned uncommitted (like freshly created arrays), so the
+        round may place it on whatever devices it shards the clients over.
 
-        The state is shaped like the pytree `like` (e.g. a fresh init state) and returned
-        uncommitted (like freshly created arrays), so the round may place it on whatever
-        devices it shards the clients over. An unreadable checkpoint is moved aside to
-        corrupt-<round>, unless keep_damaged: then nothing is moved and `self.damaged` lists
-        the unreadable rounds (the caller decides, resume.resume).
-        """
+        record.Damaged when it cannot be read, its digest differs from `record["state"]`
+        (a flipped bit) or it holds non-finite values; WorkdirError (nothing moved) when it
+        is whole but of another state layout."""
+        path = os.path.join(self._directory, str(rounds_done))
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _on_disk(like))
-        self.damaged = []
-        for step in sorted(self._manager.all_steps(), reverse=True):
-            try:
-                restored = self._manager.restore(step, args=ocp.args.StandardRestore(abstract))
-                restored = jax.tree.map(lambda x: jnp.asarray(np.asarray(x)), restored)
-            except Exception as err:  # orbax/tensorstore raise many kinds on damaged files
-                if "tree structures do not match" in str(err):  # whole, but another layout
-                    raise WorkdirError(
-                        f"{os.path.join(self._directory, str(step))} holds a state of another "
-                        "layout (another algorithm, or one saved by an earlier fedinit_jax "
-                        "whose FedState fields differ); nothing was moved: resume it with the "
-                        "version that wrote it, or use a new workdir") from None
-                text = str(err).splitlines()[0].split(" See full TensorStore details")[0]
-                why = f"{type(err).__name__}: {text[:200]}"
-                self.damaged.append((step, why))
-                if not keep_damaged:
-                    self.set_aside(step, why)
-                continue
-            if not all(bool(np.all(np.isfinite(np.asarray(x))))
-                       for x in jax.tree.leaves(restored) if np.issubdtype(x.dtype, np.floating)):
-                self._log(f"checkpoint after round {step} holds non-finite values; skipped")
-                continue
-            return step, like._replace(**restored)
-        return 0, None
+        try:
+            restored = self._manager.restore(rounds_done,
+                                             args=ocp.args.StandardRestore(abstract))
+            restored = jax.tree.map(lambda x: jnp.asarray(np.asarray(x)), restored)
+        except Exception as err:  # orbax/tensorstore raise many kinds on damaged files
+            if "tree structures do not match" in str(err):  # whole, but another layout
+                raise WorkdirError(
+                    f"{path} holds a state of another layout (another algorithm, or one "
+                    "saved by another fedinit_jax whose FedState fields differ); nothing "
+                    "was moved: resume it with the version that wrote it, or use a new "
+                    "workdir") from None
+            text = str(err).splitlines()[0].split(" See full TensorStore details")[0]
+            raise record_lib.Damaged(f"{path} is unreadable ({type(err).__name__}: "
+                                     f"{text[:200]})") from None
+        if record_lib.state_digest(restored) != record["state"]:
+            raise record_lib.Damaged(f"{path}: its state differs from the one written (the "
+                                     "digest its record holds does not match)")
+        if not all(bool(np.all(np.isfinite(np.asarray(x))))
+                   for x in jax.tree.leaves(restored) if np.issubdtype(x.dtype, np.floating)):
+            raise record_lib.Damaged(f"{path} holds non-finite values")
+        return like._replace(**restored)
 
     def set_aside(self, step: int, why: str) -> None:
-        """Move the unreadable checkpoint after round `step` to checkpoints/corrupt-<step>."""
+        """Move the checkpoint after round `step` to checkpoints/corrupt-<step>, saying why."""
         aside = os.path.join(self._directory, f"corrupt-{step}")
-        self._log(f"checkpoint after round {step} is unreadable ({why}); moved to {aside}, "
-                  "trying the previous one")
+        self._log(f"checkpoint after round {step} is not usable ({why}); moved to {aside}")
         self._manager.close()
         shutil.rmtree(aside, ignore_errors=True)
         os.replace(os.path.join(self._directory, str(step)), aside)
@@ -131,26 +148,44 @@ class Checkpointer:
         self._manager.close()
 
 
+def trimmed(row: dict) -> dict:
+    """The row without its evaluation fields (test_*, EVALUATION_ONLY): what a resumed run
+    keeps of the evaluation taken because its round was the last of a shorter run."""
+    return {k: v for k, v in row.items() if not k.startswith("test_") and k not in
+            EVALUATION_ONLY}
+
+
 def checkpoint_rounds(workdir: str) -> list[int]:
     """The rounds of the checkpoints under workdir's checkpoints/ (read or not)."""
     folder = os.path.join(workdir, "checkpoints")
     return [int(d) for d in os.listdir(folder) if d.isdigit()] if os.path.isdir(folder) else []
 
 
-def saved_config(workdir: str):
-    """The config recorded in the newest checkpoint of workdir's checkpoints/ (a dict), or
-    None when there is no checkpoint or it records none (written before configs were).
+def read_metadata(directory: str, rounds_done: int) -> dict:
+    """The step metadata (custom_metadata) of checkpoint directory/<rounds_done>, verified
+    against its record (record.check_metadata); record.Damaged naming the file when it is
+    missing, unreadable or not what was written.
 
-    Read from the step's metadata file (orbax's _CHECKPOINT_METADATA JSON, its
-    custom_metadata) rather than through a CheckpointManager, whose creation is a collective
-    of every process of a multi-process run: this is asked by process 0 alone."""
-    steps = checkpoint_rounds(workdir)
-    if not steps:
-        return None
+    Read from orbax's _CHECKPOINT_METADATA JSON rather than through a CheckpointManager,
+    whose creation is a collective of every process of a multi-process run."""
+    path = os.path.join(directory, str(rounds_done), "_CHECKPOINT_METADATA")
     try:
-        with open(os.path.join(workdir, "checkpoints", str(max(steps)),
-                               "_CHECKPOINT_METADATA")) as f:
-            metadata = json.load(f).get("custom_metadata") or {}
-    except (OSError, ValueError, AttributeError):  # a damaged step: restore() reports it
-        return None
-    return metadata.get("config")
+        with open(path) as f:
+            metadata = json.load(f).get("custom_metadata")
+    except (OSError, ValueError, AttributeError) as err:
+        raise record_lib.Damaged(f"{path} cannot be read ({type(err).__name__})") from None
+    record_lib.check_metadata(metadata, path, rounds_done)
+    return metadata
+
+
+def saved_config(workdir: str):
+    """The config recorded by the newest checkpoint of workdir's checkpoints/ whose metadata
+    is whole (a dict), or None when there is none (a damaged newest one is passed over:
+    resume falls back past it)."""
+    directory = os.path.join(workdir, "checkpoints")
+    for step in sorted(checkpoint_rounds(workdir), reverse=True):
+        try:
+            return read_metadata(directory, step).get("config")
+        except record_lib.Damaged:
+            continue
+    return None

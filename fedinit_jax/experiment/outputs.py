@@ -8,7 +8,7 @@ import jax
 from fedinit_jax import algorithms, experiment
 from fedinit_jax.experiment import distributed
 from fedinit_jax.experiment import workdir as workdir_lib
-from fedinit_jax.experiment.resume import rounds_done
+from fedinit_jax.experiment.resume import recorded_store, rounds_done
 from fedinit_jax.experiment.workdir import WorkdirError, WriteError
 
 __all__ = ["Outputs", "progress_bar", "save", "write_run_info", "start_line", "log_summary",
@@ -58,12 +58,14 @@ def progress_bar(total, initial, enabled):
     return tqdm(total=total, initial=initial, unit="round", dynamic_ncols=True)
 
 
-def save(checkpointer, rounds_done, state, config, client_rows=None):
-    """A checkpoint (with the client store's manifest, if any), or WriteError naming its
-    folder (orbax raises many kinds); PeerLost when a multi-process save's collective failed
-    because another process is gone."""
+def save(checkpointer, rounds_done, state, config, client_rows=None, rows=(),
+         client_store=None):
+    """A checkpoint (with the client store's manifest, if any, and the record of its state
+    and metrics rows: checkpoint.Checkpointer.save), or WriteError naming its folder (orbax
+    raises many kinds); PeerLost when a multi-process save's collective failed because
+    another process is gone."""
     try:
-        checkpointer.save(rounds_done, state, config, client_rows)
+        checkpointer.save(rounds_done, state, config, client_rows, rows, client_store)
     except Exception as err:  # noqa: BLE001 - disk full, quota, I/O errors, as orbax wraps them
         raise (distributed.peer_lost(err) or WriteError(
             workdir_lib.describe_write_error(checkpointer.directory, err))) from None
@@ -72,10 +74,15 @@ def save(checkpointer, rounds_done, state, config, client_rows=None):
 def write_run_info(exp, config, workdir, log):
     """run_info.json: what the run ran on; a change of device count is recorded and warned."""
     info_path = os.path.join(workdir, "run_info.json")
-    before = workdir_lib.read_json(info_path) if os.path.exists(info_path) else {}
+    try:
+        before = workdir_lib.read_json(info_path) if os.path.exists(info_path) else {}
+    except WorkdirError as err:  # what it said of the store is in the checkpoints' records
+        log(f"warning: {err}: it is written anew (its record of device counts is lost)"
+            .replace("; restore it or use a new workdir", ""))
+        before = {"client_store": recorded_store(workdir)} if recorded_store(workdir) else {}
     devices = exp.algorithm.runtime.num_devices
     history = before.get("num_devices_history", [])
-    if before and before.get("num_devices") != devices:  # sharding decides the last bits
+    if "num_devices" in before and before["num_devices"] != devices:  # sharding decides the last bits
         history.append({"after_round": rounds_done(workdir, config), "num_devices": devices,
                         "before": before.get("num_devices")})
         log(f"warning: resuming on {devices} devices, the run so far used "
@@ -89,7 +96,7 @@ def write_run_info(exp, config, workdir, log):
         log(f"note: config.{field}={value!r} does not apply to {exp.plan.algorithm.name} (its "
             "server replaces w, it takes no step along an update); it changes nothing and is "
             "recorded as such in run_info.json")
-    recorded = before.get("client_store", "device") if before else None
+    recorded = before.get("client_store")
     if recorded and recorded != exp.client_store and rounds_done(workdir, config):
         raise WorkdirError(f"{workdir!r}: the run so far kept its clients in the "
                            f"{recorded} store, this one would use {exp.client_store}; resume "
@@ -136,7 +143,7 @@ def summary_line(ending, rows, start, rounds, seconds) -> str:
     """A run's last line: how it ended, its rounds (those of this run), the final test
     accuracy and train loss, and the seconds this run took."""
     last = rows[-1]["round"] if rows else 0
-    ran = f" (rounds {start + 1}-{last} in this run)" if last > start else ""
+    ran = f" (rounds {start + 1}-{last} in this run)" if last > start else " (none in this run)"
     parts = [f"summary: {ending}; round {last}/{rounds}{ran}"]
     evaluated = [r for r in rows if "test_accuracy" in r]
     if evaluated:

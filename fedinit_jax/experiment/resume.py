@@ -7,8 +7,9 @@ is used and the rounds after it recomputed bit for bit (simulation.py's module d
 """
 import os
 
-from fedinit_jax import experiment
+from fedinit_jax import experiment, row_deltas
 from fedinit_jax.experiment import checkpoint as checkpoint_lib
+from fedinit_jax.experiment import record as record_lib
 from fedinit_jax.experiment import workdir as workdir_lib
 from fedinit_jax.experiment.workdir import WorkdirError, read_metrics
 
@@ -16,7 +17,7 @@ __all__ = ["RESUMABLE_CHANGES", "EVALUATION_ONLY", "prepare_workdir", "rounds_do
            "finished_rounds", "rows_up_to", "make_workdir", "resume", "recorded_store"]
 
 RESUMABLE_CHANGES = ("rounds",)  # fields that may differ when a run is resumed (extended)
-EVALUATION_ONLY = ("eval_seconds", "divergence_all")  # besides test_*: evaluation rounds
+EVALUATION_ONLY = checkpoint_lib.EVALUATION_ONLY  # besides test_*: evaluation rounds
 
 
 def prepare_workdir(workdir: str, config: dict) -> None:
@@ -105,44 +106,105 @@ def make_workdir(workdir: str) -> None:
         raise WorkdirError(f"workdir={workdir!r} is not writable: {err.strerror}") from None
 
 
-def resume(checkpointer, state, config, workdir, log):
-    """(rounds done, state, metrics rows 1..rounds done) from the newest good checkpoint.
+def resume(checkpointer, state, config, workdir, log, rows_folder=None):
+    """(rounds done, state, metrics rows 1..rounds done, client manifest) from the newest
+    checkpoint that proves whole.
 
-    Rows already written are never dropped for want of a checkpoint: a run whose rows cover
-    config.rounds is finished whatever its checkpoints hold (no state is needed), and an
-    unfinished run whose every checkpoint is unreadable is refused, nothing moved, rather
-    than started over. Past a damaged checkpoint the previous one is used, and the rounds
-    after it recomputed (bit for bit: module doc)."""
+    A checkpoint is used when its metadata matches its record, the metrics rows up to its
+    round are the rows it recorded, its state matches its digest and, with a client store
+    (rows_folder: its record's folder), every delta its manifest names is whole
+    (record.py, row_deltas.verify). Past one that is not, the previous one is used, the
+    rounds after it recomputed (bit for bit: simulation.py's module doc) and the passed-over
+    checkpoints moved aside, each named with why. Rows already written are never dropped for
+    want of a checkpoint: a run whose rows cover config.rounds, as its newest readable record
+    vouches for them, is finished (no state is needed), and an unfinished run that no
+    checkpoint can resume is refused, nothing moved, rather than started over."""
     written = read_metrics(workdir)
-    if len(written) >= config["rounds"]:  # finished: the rows are the results
-        return len(written), state, written
-    start, restored = checkpointer.restore(state, keep_damaged=True)
-    if checkpointer.damaged and not start and written:
-        rounds = ", ".join(f"round {step}" for step, _ in checkpointer.damaged)
-        why = checkpointer.damaged[0][1]
+    if len(written) >= config["rounds"] and _vouched_for(checkpointer, written):
+        return len(written), state, written, None
+    damaged, start, manifest = [], 0, None
+    for step in checkpointer.steps():
+        try:
+            restored, manifest = _verified(checkpointer, step, state, written, workdir,
+                                           rows_folder)
+        except record_lib.Damaged as err:
+            damaged.append((step, str(err)))
+            continue
+        start, state = step, restored
+        break
+    if damaged and not start:  # rows were written before any checkpoint: never start over
+        steps_of = {}
+        for step, text in damaged:
+            steps_of.setdefault(text, []).append(str(step))
+        why = "; ".join(f"{text} (checkpoint{'s' * (len(steps) > 1)} after round"
+                        f"{'s' * (len(steps) > 1)} {', '.join(steps)})"
+                        for text, steps in steps_of.items())
         raise WorkdirError(
-            f"{workdir!r}: the checkpoint after {rounds} is unreadable ({why}) and no other is "
-            f"left, but {workdir_lib.METRICS} holds rounds 1..{len(written)}: resuming would start "
-            "over and rewrite them. Nothing was changed; to recompute every round, move "
-            f"{workdir_lib.METRICS} and checkpoints/ aside and rerun")
-    for step, why in checkpointer.damaged:
+            f"{workdir!r} holds {len(written)} rounds ({workdir_lib.METRICS}) but no "
+            f"checkpoint can resume the run ({why}). Nothing was changed: restore what is named, "
+            f"or move {workdir_lib.METRICS} and checkpoints/ aside and rerun to recompute "
+            "every round")
+    for step, why in damaged:
         checkpointer.set_aside(step, why)
     if start:
-        state = restored
         log(f"resumed from the checkpoint after round {start}")
-    rows = rows_up_to(workdir, start)
+    rows = written[:start]
     if rows and start < config["rounds"] and start % config["eval_every"]:
         # the evaluation taken because `start` was the last round of a shorter run: an
         # uninterrupted run of config.rounds has none there
-        rows[-1] = {k: v for k, v in rows[-1].items()
-                    if not k.startswith("test_") and k not in EVALUATION_ONLY}
-    return start, state, rows
+        rows[-1] = checkpoint_lib.trimmed(rows[-1])
+    return start, state, rows, manifest
+
+
+def _vouched_for(checkpointer, written) -> bool:
+    """Whether the newest checkpoint whose record reads finds the rows it covers as they were
+    written (True when no checkpoint records them: the rows are all there is)."""
+    for step in checkpointer.steps():
+        try:
+            record = checkpointer.metadata(step)["record"]
+        except record_lib.Damaged:
+            continue
+        return record_lib.first_row_differing(record, written) is None
+    return True
+
+
+def _verified(checkpointer, step, like, written, workdir, rows_folder):
+    """(state, client manifest) of the checkpoint after `step`, every part of it checked
+    against its record; record.Damaged saying what is not as written."""
+    metadata = checkpointer.metadata(step)
+    record = metadata["record"]
+    bad = record_lib.first_row_differing(record, written)
+    if bad is not None:
+        path = os.path.join(workdir, workdir_lib.METRICS)
+        raise record_lib.Damaged(
+            f"{path} line {bad} " + ("is missing" if bad > len(written) else
+                                     "differs from the row the run wrote, by the record of"))
+    state = checkpointer.load(step, like, record)
+    manifest = metadata.get("client_rows")
+    if rows_folder is not None:
+        if manifest is None:
+            raise record_lib.Damaged(f"the checkpoint after round {step} has no manifest of "
+                                     "the clients' rows")
+        try:
+            row_deltas.verify(rows_folder, manifest, step)
+        except row_deltas.StoreDamaged as err:
+            raise record_lib.Damaged(str(err).split(": the checkpoint after")[0]) from None
+    return state, manifest
 
 
 def recorded_store(workdir):
-    """The client store a run in workdir used (run_info.json; before the field existed: the
-    device tables), or None for a new workdir."""
+    """The client store the run in workdir used: run_info.json's, or when that file is
+    damaged, the one the newest whole checkpoint records; None for a new workdir."""
     path = os.path.join(workdir, "run_info.json")
-    if not os.path.exists(path):
-        return None
-    return workdir_lib.read_json(path).get("client_store", "device")
+    if os.path.exists(path):
+        try:
+            return workdir_lib.read_json(path).get("client_store")
+        except WorkdirError:
+            pass  # the checkpoints' records say it too
+    directory = os.path.join(workdir, "checkpoints")
+    for step in sorted(checkpoint_lib.checkpoint_rounds(workdir), reverse=True):
+        try:
+            return checkpoint_lib.read_metadata(directory, step)["record"]["client_store"]
+        except record_lib.Damaged:
+            continue
+    return None

@@ -58,8 +58,6 @@ def _no_fault(point: str, rounds_done: int) -> None:
 
 
 @jax.jit
-
-
 def _all_finite(tree):
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
 
@@ -125,8 +123,16 @@ def run(plan, workdir: str, *, log=print, progress=None, fault=None) -> list[dic
 
 def _run_locked(exp, config, workdir, primary, log, progress, fault, stop, done):
     """The run once its workdir is held: set up or resume, then the rounds."""
+    try:  # what the summary line reports should the set-up refuse the workdir
+        written = read_metrics(workdir)
+    except WorkdirError:
+        written = []
+    done.update(rows=written, start=len(written))
     state, clients, checkpointer, start, rows = _set_up(exp, config, workdir, primary, log)
     done.update(rows=rows, start=start)
+    if start >= exp.plan.schedule.rounds:
+        log(f"nothing to run: {workdir!r} already holds all {start} rounds of this config "
+            "(a larger --config.rounds extends it; a new --workdir starts another run)")
     stop.last_checkpoint = checkpointer.latest_round()
     out = None
     failed_save = False
@@ -179,13 +185,15 @@ def _set_up(exp, config, workdir, primary, log):
             "round compiles in the first round")
     checkpointer = Checkpointer(workdir, keep=exp.plan.schedule.keep_checkpoints, log=log)
     try:
-        start, state, rows = resume(checkpointer, state, config, workdir, log)
+        start, state, rows, manifest = resume(
+            checkpointer, state, config, workdir, log,
+            None if clients is None else os.path.join(workdir, "client_rows"))
         if clients is None:
             check_state(exp.algorithm, state)  # the restored state is this algorithm's
         else:  # the rows as they were after round `start` (process 0 rewrites them)
             if primary and start < exp.plan.schedule.rounds:  # a finished run reads no row
                 with workdir_lib.reporting(clients.folder):
-                    clients.restore(start, checkpointer.client_rows(start) if start else None)
+                    clients.restore(start, manifest)
             distributed.barrier("the client rows are restored")
     except (WorkdirError, ValueError):
         checkpointer.close()
@@ -208,6 +216,7 @@ def _rounds(exp, config, state, clients, checkpointer, start, rows, out, primary
         if (t + 1) % schedule.eval_every == 0 or t + 1 == rounds:
             row.update(_evaluate(exp, state, clients))
             fault("eval", t + 1)
+            _refuse_non_finite(row, checkpointer.latest_round())
         rows.append(row)
         if out is not None:
             out.write(row)
@@ -220,7 +229,8 @@ def _rounds(exp, config, state, clients, checkpointer, start, rows, out, primary
                                  "metrics.jsonl are kept.")
         stopping_now = distributed.any_process(stop.signum is not None)
         if _checkpoint_due(schedule, t + 1, stopping_now):
-            _checkpoint(checkpointer, t + 1, state, config, clients, primary, fault)
+            _checkpoint(checkpointer, t + 1, state, config, clients, primary, fault, rows,
+                        exp.client_store)
             stop.last_checkpoint = t + 1
             fault("checkpoint_saved", t + 1)
         if stopping_now and t + 1 < rounds:  # a signal on any process stops all of them
@@ -243,7 +253,8 @@ def _evaluate(exp, state, clients) -> dict:
     return row
 
 
-def _checkpoint(checkpointer, rounds_done, state, config, clients, primary, fault):
+def _checkpoint(checkpointer, rounds_done, state, config, clients, primary, fault, rows,
+                store):
     """The checkpoint after `rounds_done`: a client store's rows first (process 0 writes
     their delta and its manifest), then the server state with the manifest, then the store
     told that the checkpoint is committed, then the deltas no kept checkpoint names
@@ -256,7 +267,7 @@ def _checkpoint(checkpointer, rounds_done, state, config, clients, primary, faul
             manifest = clients.checkpoint(rounds_done)
         fault("rows_saved", rounds_done)
     try:
-        outputs.save(checkpointer, rounds_done, state, config, manifest)
+        outputs.save(checkpointer, rounds_done, state, config, manifest, rows, store)
     except WriteError as err:
         err.during_save = True
         raise
@@ -265,6 +276,18 @@ def _checkpoint(checkpointer, rounds_done, state, config, clients, primary, faul
         fault("checkpoint_committed", rounds_done)
         with workdir_lib.reporting(clients.folder):
             row_deltas.remove_unreferenced(clients.folder, checkpointer.manifests())
+
+
+def _refuse_non_finite(row, last_checkpoint) -> None:
+    """NonFiniteError when an evaluation gave a non-finite number (say Delta^t = inf): the
+    round ends before its row or any checkpoint is written, so no good checkpoint is ever
+    rotated out by one of a diverged state."""
+    bad = sorted(k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v))
+    if bad:
+        values = ", ".join(f"{k}={row[k]}" for k in bad)
+        last = f"round {last_checkpoint}" if last_checkpoint else "none"
+        raise NonFiniteError(f"round {row['round']}: non-finite {values}; the run diverged. "
+                             f"The last checkpoint ({last}) and metrics.jsonl are kept.")
 
 
 def _checkpoint_due(schedule, rounds_done, stopping) -> bool:
