@@ -7,7 +7,8 @@ Writes Markdown tables to stdout and <out>/tables.md, and PNG figures to <out>:
              rounds, mean ± std over seeds, per method (rows) and setting (columns)
   Table 6    each base algorithm without (beta = 0) and with RI, and the gain
   Table 7    seconds per round (train, eval; median over rounds and seeds, the first round,
-             which compiles, left out), ratio to FedAvg
+             which compiles, left out), ratio to FedAvg where every run of the setting ran on
+             one recorded machine (run_info.json's sessions), else "-" and the note says why
   Table 8    rounds and train time until the smoothed accuracy reaches a target (default:
              the highest smoothed accuracy every FedAvg run of the setting reaches), speed-up
              over FedAvg
@@ -64,37 +65,56 @@ def accuracy_tables(runs, window, last):
     from experiments import results as R
 
     table4 = accuracy_table(runs, window, last)
-    # Table 6: base algorithm, beta = 0 vs beta != 0 (same delta_from; at beta = 0 both
-    # delta_from are the same algorithm, w_i0 = w, so a beta = 0 run serves both)
-    pairs = defaultdict(dict)
+    # Table 6: each method with RI against its base algorithm without (beta = 0) in the same
+    # setting; one row per method, so runs of different RI rules are never pooled (at beta =
+    # 0 every rule and delta_from are the same algorithm, w_i0 = w: one baseline serves all)
+    without, with_ri = defaultdict(list), defaultdict(list)
     for run in runs:
         c = run.config
-        beta = R.beta_of(c)
-        for delta in (("global", "start") if beta == 0 else (c.get("delta_from", "global"),)):
-            pairs[(R.base_name(c), R.setting(c), delta)].setdefault(beta, []).append(
-                100 * R.final_accuracy(run, window, last))
+        accuracy = 100 * R.final_accuracy(run, window, last)
+        if R.beta_of(c) == 0:
+            without[(R.base_name(c), R.setting(c), c.get("_variant", ""))].append(accuracy)
+        else:
+            with_ri[(R.base_name(c), R.setting(c), c.get("_variant", ""), R.method(c),
+                     R.beta_of(c))].append(accuracy)
     rows6 = []
-    for (base, s, delta), by_beta in sorted(pairs.items()):
-        if 0.0 in by_beta and len(by_beta) > 1:
-            for beta in sorted(b for b in by_beta if b != 0):
-                gain = np.mean(by_beta[beta]) - np.mean(by_beta[0.0])
-                rows6.append([base, s, delta, f"{beta:g}", R.mean_std(by_beta[0.0]),
-                              R.mean_std(by_beta[beta]), f"{gain:+.2f}"])
-    table6 = R.markdown(["algorithm", "setting", "delta_from", "beta", "- (beta = 0)", "+RI",
+    for (base, s, variant, name, beta), values in sorted(  # Algorithm 1 by beta, then rules
+            with_ri.items(), key=lambda kv: (kv[0][:3], " [" in kv[0][3], kv[0][4], kv[0][3])):
+        baseline = without.get((base, s, variant))
+        if baseline:
+            rows6.append([base, s, name, f"{beta:g}", R.mean_std(baseline), R.mean_std(values),
+                          f"{np.mean(values) - np.mean(baseline):+.2f}"])
+    table6 = R.markdown(["algorithm", "setting", "with RI", "beta", "- (beta = 0)", "+RI",
                          "gain"], rows6)
     return table4, table6
 
 
 def time_tables(runs, window, target):
+    """Table 7 (seconds per round) and Table 8 (rounds and time to target), and a note per
+    setting on the machines its timings come from: seconds are compared (the ratio to
+    FedAvg, the time speed-up) only between runs of one recorded machine (results.machine)."""
     from experiments import results as R
 
     per = defaultdict(list)
     for run in runs:
         per[(R.setting(run.config), R.method(run.config))].append(run)
-    rows7, rows8 = [], []
+    rows7, rows8, notes = [], [], []
     for s in sorted({k[0] for k in per}):
+        of_setting = [r for k, rs in per.items() if k[0] == s for r in rs]
+        machines = {R.machine(r) for r in of_setting}
+        comparable = len(machines) == 1 and None not in machines
+        if comparable:
+            loads = [R.load(r) for r in of_setting]
+            notes.append(f"{s}: every run on {machines.pop()}, 1-minute load at start "
+                         f"{np.nanmin(loads):.2f}-{np.nanmax(loads):.2f}")
+        else:
+            unknown = sum(R.machine(r) is None for r in of_setting)
+            notes.append(f"{s}: seconds not compared ({len(machines - {None})} machines "
+                         f"recorded; {unknown} of {len(of_setting)} runs record none, or "
+                         "more than one, in run_info.json's sessions)")
         fedavg = per.get((s, "FedAvg"))
-        base_train = np.median([R.seconds_per_round(r)[0] for r in fedavg]) if fedavg else None
+        base_train = (np.median([R.seconds_per_round(r)[0] for r in fedavg])
+                      if fedavg and comparable else None)
         goal = target
         if goal is None:  # the highest accuracy every FedAvg run (else every run) reaches
             goal = min(R.final_accuracy(r, window, 10 ** 9) for k, rs in per.items()
@@ -113,14 +133,18 @@ def time_tables(runs, window, target):
                 rows8.append([s, m, f"{100 * goal:.2f}", "not reached", "-", "-"])
                 continue
             rounds, secs = np.mean([h[0] for h in hits]), np.mean([h[1] for h in hits])
-            speed = ("-" if not base_hits or any(h is None for h in base_hits)
-                     else f"{np.mean([h[0] for h in base_hits]) / rounds:.2f}x / "
-                          f"{np.mean([h[1] for h in base_hits]) / secs:.2f}x")
+            if not base_hits or any(h is None for h in base_hits):
+                speed = "-"
+            else:
+                by_time = (f"{np.mean([h[1] for h in base_hits]) / secs:.2f}x" if comparable
+                           else "-")
+                speed = f"{np.mean([h[0] for h in base_hits]) / rounds:.2f}x / {by_time}"
             rows8.append([s, m, f"{100 * goal:.2f}", f"{rounds:.0f}", f"{secs:.1f}", speed])
     table7 = R.markdown(["setting", "method", "train s/round", "eval s", "train vs FedAvg"], rows7)
     table8 = R.markdown(["setting", "method", "target %", "rounds", "train s",
                          "speed-up (rounds / time)"], rows8)
-    return table7, table8
+    machines = "Timings: " + "; ".join(notes) + "."
+    return f"{table7}\n\n{machines}", f"{table8}\n\n{machines}"
 
 
 def cost_table(runs):

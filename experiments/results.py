@@ -2,7 +2,8 @@
 
 A run is a workdir holding config.json, metrics.jsonl and run_info.json. Runs that differ
 only in their seed form a cell; a cell is identified by its setting (dataset, model, split,
-clients, local epochs) and its method (algorithm, beta, delta_from).
+clients, local epochs) and its method (algorithm, beta and every option that changes it:
+results.rule_options).
 """
 import os
 from typing import NamedTuple
@@ -84,8 +85,8 @@ def label_variants(runs) -> list[Run]:
         groups.setdefault((method(run.config), setting(run.config)), []).append(run)
     out = []
     for group in groups.values():
-        identities = [{k: v for k, v in flat_fields(r.config).items() if k not in NOT_IDENTITY}
-                      for r in group]
+        identities = [{k: v for k, v in flat_fields(r.config).items()
+                       if k.split(".")[0] not in NOT_IDENTITY} for r in group]
         differing = sorted({k for ident in identities for k in ident
                             if any(other.get(k) != ident.get(k) for other in identities)})
         for run, ident in zip(group, identities):
@@ -127,15 +128,43 @@ def base_name(config) -> str:
     return algorithms.REGISTRY[base].display if base in algorithms.REGISTRY else base
 
 
+# Algorithm 1's RI rule: a run that departs from it names the option in its method
+RULE_DEFAULTS = {"ri_offset": "model", "first_visit": "init"}
+
+
+def rule_options(config) -> list[str]:
+    """The options of a run that change its method beyond the algorithm and beta, as
+    'field=value': the RI rule where it departs from Algorithm 1 (ri_offset; first_visit
+    where the offset is `model`, the others need `global`), and every server or client
+    hyperparameter that differs from the algorithm's default (server_lr, b1, ...)."""
+    parts = ["start"] if config.get("delta_from") == "start" else []
+    if beta_of(config) != 0:
+        offset = config.get("ri_offset") or RULE_DEFAULTS["ri_offset"]
+        if offset != RULE_DEFAULTS["ri_offset"]:
+            parts.append(f"ri_offset={offset}")
+        elif (config.get("first_visit") or "init") != RULE_DEFAULTS["first_visit"]:
+            parts.append(f"first_visit={config['first_visit']}")
+    entry = algorithms.REGISTRY.get(config["algorithm"])
+    defaults = entry.defaults if entry is not None else {}
+    for name, default in defaults.items():
+        value = config.get(name)
+        if name != "beta" and value is not None and value != default:
+            parts.append(f"{name}={value:g}")
+    return parts
+
+
 def method(config) -> str:
-    """Display name: FedAvg, FedInit, SCAFFOLD+RI, FedInit(beta=0.2) [start], ..."""
+    """Display name: the algorithm, +RI with its beta, and every option that changes the
+    method (rule_options), e.g. FedAvg, FedInit, SCAFFOLD+RI [ri_offset=momentum],
+    FedInit(beta=0.2) [start], FedAdam [server_lr=0.01]."""
     beta = beta_of(config)
     if base_algorithm(config) == "fedavg" and beta != 0:
         name = "FedInit" if beta == 0.1 else f"FedInit(beta={beta:g})"
     else:
         name = base_name(config) + ("" if beta == 0 else
                                     "+RI" if beta == 0.1 else f"+RI(beta={beta:g})")
-    name += " [start]" if config.get("delta_from") == "start" else ""
+    options = rule_options(config)
+    name += f" [{', '.join(options)}]" if options else ""
     return name + (f" ({config['_variant']})" if config.get("_variant") else "")
 
 
@@ -179,6 +208,23 @@ def seconds_per_round(run: Run):
     train = [r["train_seconds"] for r in run.rows[1:]] or [run.rows[0]["train_seconds"]]
     evals = [r["eval_seconds"] for r in run.rows[1:] if "eval_seconds" in r]
     return float(np.median(train)), float(np.median(evals)) if evals else float("nan")
+
+
+def machine(run: Run) -> str | None:
+    """The machine a run's seconds come from ('<cpu>, <cores> cores, <device>', from
+    run_info.json's sessions), or None when it is not recorded or the run ran on more than
+    one: its timings compare with no other run's."""
+    kinds = {(s.get("cpu"), s.get("cores"), s.get("device")) for s in run.info.get("sessions", [])}
+    if len(kinds) != 1:
+        return None
+    cpu, cores, device = kinds.pop()
+    return f"{cpu}, {cores} cores, {device}"
+
+
+def load(run: Run) -> float:
+    """The highest 1-minute load average at which a session of the run began (nan: none)."""
+    loads = [s["load"] for s in run.info.get("sessions", []) if "load" in s]
+    return max(loads) if loads else float("nan")
 
 
 def to_target(run: Run, target: float, window: int):

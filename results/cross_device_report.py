@@ -10,7 +10,8 @@ evaluation, the rounds to `target` test accuracy (first evaluation at or above i
 seed), the final train loss (mean of the last 20 rounds) and its ratio to FedAvg's, and how
 each run ended (done, or diverged at a round); mean ± sample std over seeds, every other test
 metric (test_accuracy_new) likewise. And OUT/<folder>_curves.png: test accuracy, train loss
-and Delta^t = (1/C) sum ||o_i||^2 at evaluation rounds, one line per method (mean over seeds,
+and divergence_all at evaluation rounds (Delta^t = (1/C) sum ||w_i - w||^2, or for an offset
+rule the mean squared stored offset, each labelled), one line per method (mean over seeds,
 min-max band only with 3 or more seeds). With --drift W, a table of the round divergence
 (the cohort's spread around the new global model) averaged over windows of W rounds.
 """
@@ -22,6 +23,7 @@ import statistics as st
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from experiments import figures as F  # noqa: E402
 from experiments import results as R  # noqa: E402
 from experiments.figures import aligned_curves  # noqa: E402
 from fedinit_jax.experiment import stopping  # noqa: E402
@@ -142,7 +144,10 @@ def drift_table(groups, every):
     return "\n".join(lines)
 
 
-def figure(groups, path, title):
+def figure(groups, path):
+    """The curves figure: one colour and line style per method (figures.styles), the
+    Delta^t panel labelled per method with what its runs measured (figures.delta_label),
+    the legend outside the data, the title naming the setting."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -150,30 +155,37 @@ def figure(groups, path, title):
 
     panels = (("test_accuracy", "test accuracy (%)", 100.0, False),
               ("train_loss", "train loss (mean local loss, log)", 1.0, True),
-              ("divergence_all", "Delta^t = (1/C) sum ||o_i||^2 (log)", 1.0, True))
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
-    palette = plt.get_cmap("tab10")
-    for k, (name, runs) in enumerate(groups.items()):
-        for ax, (field, _, scale, log) in zip(axes, panels):
+              ("divergence_all", "(1/C) sum ||w_i - w||^2, or ||e_i||^2 (legend; log)", 1.0,
+               True))
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.6))
+    look = F.styles(groups)
+    banded = False
+    for name, runs in groups.items():
+        label = f"{name} (n={len(runs)})"
+        for ax, (field, _, scale, _) in zip(axes, panels):
             rounds, values = aligned_curves([run for _, run, _ in runs], field)
             if not len(rounds):
                 continue
             values = scale * values
-            ax.plot(rounds, values.mean(0), color=palette(k % 10),
-                    label=f"{name} (n={len(runs)})")
+            tail = (f": {F.delta_label(runs[0][1].config)}" if field == "divergence_all"
+                    else "")
+            F.plot_line(ax, rounds, values.mean(0), look[name], label + tail)
             if len(runs) >= 3:
-                ax.fill_between(rounds, values.min(0), values.max(0), color=palette(k % 10),
-                                alpha=0.15)
-            ax.set_yscale("log" if log else "linear")
-    for ax, (_, label, _, _) in zip(axes, panels):
+                banded = True
+                ax.fill_between(rounds, values.min(0), values.max(0), alpha=0.15,
+                                color=look[name]["color"])
+    for ax, (_, label, _, log) in zip(axes, panels):
+        if log:
+            F.log_axis(ax)
         ax.set_xlabel("round")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7, loc="lower right")
-    fig.suptitle(f"{title}: mean over seeds, band min-max (n >= 3); diverged runs end early",
+    F.legend_outside(axes[2])
+    band = ", band min-max (n >= 3)" if banded else ""
+    every = [run for runs in groups.values() for _, run, _ in runs]
+    fig.suptitle(f"{F.setting_title(every)}\nmean over seeds{band}; diverged runs end early",
                  fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -194,7 +206,7 @@ def main():
     for folder in args.folders:
         name = os.path.basename(os.path.normpath(folder))
         text, groups = table(folder, args.target, args.window, args.last, args.rounds)
-        figure(groups, os.path.join(args.out, f"{name}_curves.png"), name)
+        figure(groups, os.path.join(args.out, f"{name}_curves.png"))
         upto = f" Every run read to round {args.rounds}." if args.rounds else ""
         starred = ("\n\n\\* diverged by today's runaway rule applied to the recorded metrics "
                    "(the run was stopped later by the rule before it, or predates both and ran "

@@ -11,15 +11,16 @@ from experiments.report import report
 
 
 def write_run(folder, algorithm, beta, seed, accuracies, seconds=1.0, rounds=None,
-              extra=None):
+              extra=None, cpu="AMD EPYC", options=None):
     os.makedirs(folder)
     config = {"algorithm": algorithm, "beta": beta, "seed": seed, "dataset": "toy",
               "model": "mlp", "partition": "dirichlet", "dirichlet_alpha": 0.1,
               "participation": 0.1, "num_clients": 100, "local_epochs": 1,
               "delta_from": "global", "classes_per_client": 2,
-              "rounds": rounds or len(accuracies)}
+              "rounds": rounds or len(accuracies), **(options or {})}
     json.dump(config, open(os.path.join(folder, "config.json"), "w"))
-    json.dump({"num_params": 10, "clients_per_round": 10,
+    json.dump({"num_params": 10, "clients_per_round": 10, "sessions": [
+                   {"after_round": 0, "cpu": cpu, "cores": 2, "device": "cpu", "load": 0.5}],
                "costs": {"down": ["w"], "up": ["delta"], "server_state": [],
                          "client_state": [], "client_work": []}},
               open(os.path.join(folder, "run_info.json"), "w"))
@@ -111,7 +112,7 @@ def test_start_variant_is_paired_with_the_beta_zero_runs(two_folders, tmp_path):
     json.dump({**config, "delta_from": "start"}, open(os.path.join(folder, "config.json"), "w"))
     text = report(two_folders, str(tmp_path / "out"), window=3, last=3)
     mean = (0.5 + 1.4 / 3) / 2 * 100  # the FedAvg (beta = 0) runs, as in the test above
-    assert f"| start | 0.1 | {mean:.2f} ± " in text and f"{20 - mean:+.2f}" in text
+    assert f"| FedInit [start] | 0.1 | {mean:.2f} ± " in text and f"{20 - mean:+.2f}" in text
     assert "| FedInit [start] | 20.00 (n=1) |" in text
 
 
@@ -234,3 +235,36 @@ def test_a_variant_in_a_familys_field_is_named_by_its_dotted_name(tmp_path):
                     for r in results.label_variants(results.find_runs([str(tmp_path / "r")])))
     assert labels == ["FedAvg (task.images.client_noise=0.0)",
                       "FedAvg (task.images.client_noise=0.1)"]
+
+
+def test_every_option_that_changes_the_rule_is_in_the_name_and_never_pooled(tmp_path):
+    """A momentum run alone is not 'FedInit'; runs of two offset rules are two cells in
+    every table, each against the same beta = 0 baseline."""
+    write_run(tmp_path / "avg", "fedavg", 0.0, 0, [0.5] * 4)
+    for seed, rule in enumerate(("momentum", "shared")):
+        write_run(tmp_path / rule, "fedinit", 0.1, seed, [0.6 + 0.1 * seed] * 4,
+                  options={"ri_offset": rule, "first_visit": "global"})
+    write_run(tmp_path / "adam", "fedadam", 0.0, 0, [0.4] * 4, options={"server_lr": 0.03})
+    text = report([str(tmp_path)], str(tmp_path / "out"), window=1, last=1)
+    assert "| FedInit [ri_offset=momentum] | 60.00 (n=1) |" in text
+    assert "| FedInit [ri_offset=shared] | 70.00 (n=1) |" in text
+    assert "| FedInit | " not in text.split("## With")[0]
+    assert "FedInit [ri_offset=momentum] | 0.1 | 50.00 (n=1) | 60.00 (n=1) | +10.00 |" in text
+    assert "FedInit [ri_offset=shared] | 0.1 | 50.00 (n=1) | 70.00 (n=1) | +20.00 |" in text
+    assert "| FedAdam [server_lr=0.03] |" in text
+    assert results.method({"algorithm": "fedinit", "beta": 0.1, "first_visit": "global"}) == (
+        "FedInit [first_visit=global]")
+
+
+def test_seconds_are_compared_within_one_machine_only(tmp_path):
+    write_run(tmp_path / "avg", "fedavg", 0.0, 0, [0.5] * 4)
+    write_run(tmp_path / "init", "fedinit", 0.1, 0, [0.6] * 4, seconds=0.5, cpu="Intel Xeon")
+    text = report([str(tmp_path)], str(tmp_path / "out"), window=1, last=1)
+    assert "| 0.500 | 0.500 | - |" in text and "1.00x" not in text.split("## Rounds")[0]
+    assert "seconds not compared (2 machines recorded" in text
+    os.remove(tmp_path / "init" / "run_info.json")
+    write_run(tmp_path / "init2", "fedinit", 0.1, 1, [0.6] * 4, seconds=0.5)
+    text = report([str(tmp_path / "avg"), str(tmp_path / "init2")], str(tmp_path / "out"),
+                  window=1, last=1)
+    assert "| 0.500 | 0.500 | 0.50x |" in text
+    assert "every run on AMD EPYC, 2 cores, cpu, 1-minute load at start 0.50-0.50" in text

@@ -1,6 +1,7 @@
 """What a run writes and says: metrics.jsonl, TensorBoard scalars and the progress line
 (Outputs), run_info.json, checkpoints (save), and train.log's first and last lines."""
 import os
+import platform
 import sys
 
 import jax
@@ -11,7 +12,7 @@ from fedinit_jax.experiment import workdir as workdir_lib
 from fedinit_jax.experiment.resume import recorded_store, rounds_done
 from fedinit_jax.experiment.workdir import WorkdirError, WriteError
 
-__all__ = ["Outputs", "progress_bar", "save", "write_run_info", "start_line", "log_summary",
+__all__ = ["Outputs", "progress_bar", "save", "write_run_info", "machine", "start_line", "log_summary",
            "summary_line", "state_memory_line", "line"]
 
 
@@ -82,7 +83,7 @@ def write_run_info(exp, config, workdir, log):
         before = {"client_store": recorded_store(workdir)} if recorded_store(workdir) else {}
     devices = exp.algorithm.runtime.num_devices
     history = before.get("num_devices_history", [])
-    if "num_devices" in before and before["num_devices"] != devices:  # sharding decides the last bits
+    if "num_devices" in before and before["num_devices"] != devices:  # sharding: the last bits
         history.append({"after_round": rounds_done(workdir, config), "num_devices": devices,
                         "before": before.get("num_devices")})
         log(f"warning: resuming on {devices} devices, the run so far used "
@@ -105,6 +106,8 @@ def write_run_info(exp, config, workdir, log):
         "client_store": exp.client_store, "client_store_reason": exp.store_reason,
         "options_not_applicable": not_applicable, "data": exp.data_info,
         "num_devices_history": history,
+        "sessions": [*before.get("sessions", []),
+                     {"after_round": rounds_done(workdir, config), **machine()}],
         "num_params": sum(int(x.size) for x in jax.tree.leaves(exp.init_params)),
         "num_classes": exp.num_classes,
         "clients_per_round": exp.plan.expected_clients,
@@ -115,6 +118,21 @@ def write_run_info(exp, config, workdir, log):
         "num_devices": exp.algorithm.runtime.num_devices,
         "num_processes": jax.process_count(),
         "costs": algorithms.REGISTRY[exp.plan.algorithm.name].costs._asdict()})
+
+
+def machine() -> dict:
+    """What a run's seconds depend on, recorded per session in run_info.json ("sessions"):
+    the CPU model, its cores, the device kind and the 1-minute load average when the session
+    began (other work on the machine; the report compares timings within one machine only)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f
+                        if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "device": jax.devices()[0].device_kind,
+            "load": round(os.getloadavg()[0], 2)}
 
 
 def start_line(plan, workdir, recorded) -> str:
