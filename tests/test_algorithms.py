@@ -16,7 +16,7 @@ from conftest import (
 )
 from numpy_reference import simulate
 
-from fedinit_jax import RoundInput, algorithms
+from fedinit_jax import Cohort, RoundInput, algorithms, client_store
 from fedinit_jax.algorithms.options import shares_fedavg_options
 
 
@@ -338,6 +338,13 @@ def test_offset_rules_match_the_numpy_reference(name, ri_offset, theta0, linreg_
             assert got[field] == pytest.approx(want[field], rel=1e-5, abs=1e-7), field
     delta = divergence_all(state.client_params, offset_reference(algo.spec, state.params))
     assert float(delta) == pytest.approx(ref["history"][-1]["divergence_all"], rel=1e-5)
+    for store in (client_store.DeviceStore(algo, params_from(theta0), NUM_CLIENTS),
+                  client_store.HostStore(algo, params_from(theta0), NUM_CLIENTS)):
+        # a store measures what the binaries report from the global model, as docs/api.md
+        store.scatter(np.arange(NUM_CLIENTS), Cohort(state.client_params, state.client_state,
+                                                     state.client_visited))
+        assert store.divergence_all(state.params) == pytest.approx(
+            ref["history"][-1]["divergence_all"], rel=1e-5), type(store).__name__
     model = simulate("fedavg" if name == "fedinit" else name, theta0, NUM_CLIENTS,
                      linreg_rounds, beta=beta)
     assert not np.allclose(ref["w"], model["w"])  # the rule changes the run

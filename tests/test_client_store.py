@@ -386,3 +386,32 @@ def test_an_explicit_device_store_that_a_checkpoint_would_overflow_is_refused(tm
         simulation.run(quiet_config(rounds=2, client_store="device"), str(tmp_path / "run"),
                        progress=False, log=lambda line: None)
     assert not os.path.exists(tmp_path / "run" / "checkpoints")
+
+
+@pytest.mark.parametrize("kind", ["host", "disk"])
+def test_rows_written_before_attach_are_in_the_first_checkpoint(tmp_path, kind):
+    """docs/api.md's recipe with the store attached after its first rounds: a fresh store
+    restored from the checkpoint holds every row, under ri_offset="momentum"."""
+    algo = algorithms.fedinit(linreg_loss, beta=0.1, ri_offset="momentum", first_visit="global")
+    params, rng = params_from(np.zeros(4, np.float32)), np.random.default_rng(0)
+
+    def store():
+        if kind == "host":
+            return client_store.HostStore(algo, params, 20)
+        return client_store.DiskStore(algo, params, 20, str(tmp_path / f"zarr{rng.random()}"))
+
+    first = store()
+    state = client_store.server_state(algo, params)
+    for t in range(3):
+        batches = (rng.normal(size=(4, 2, 8, 3)).astype(np.float32),
+                   rng.normal(size=(4, 2, 8)).astype(np.float32))
+        state, _ = client_store.run_round(algo, state, first, RoundInput(
+            rng.choice(20, 4, replace=False), batches, 0.1), jax.random.key(t))
+    first.attach(str(tmp_path / "rows"))
+    manifest = first.checkpoint(3)
+    first.committed(3)
+    again = store()
+    again.attach(str(tmp_path / "rows"))
+    again.restore(3, manifest)
+    assert again.rows_held == first.rows_held > 0
+    assert again.divergence_all(state.params) == first.divergence_all(state.params)

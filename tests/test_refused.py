@@ -124,3 +124,19 @@ def test_the_memory_check_builds_no_round_input(monkeypatch):
     n = plan.client_slots
     assert all(isinstance(x, jax.ShapeDtypeStruct) and x.shape[0] == n
                for x in jax.tree.leaves(first.batches))
+
+
+def test_host_memory_honours_the_address_space_limit(monkeypatch):
+    """Under `ulimit -v` the memory checks see what the limit leaves (MemAvailable alone
+    let a num_clients the limit cannot hold reach an allocation's traceback)."""
+    import resource
+
+    from fedinit_jax.experiment import memory
+
+    left = 2 ** 30
+    monkeypatch.setattr(memory.resource, "getrlimit", lambda which: (
+        memory._virtual_size() + left, resource.RLIM_INFINITY))
+    assert 0 < memory.host_memory() <= left
+    monkeypatch.setattr(memory.resource, "getrlimit", lambda which: (
+        memory._virtual_size() // 2, resource.RLIM_INFINITY))
+    assert memory.host_memory() == 0

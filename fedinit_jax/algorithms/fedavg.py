@@ -83,9 +83,25 @@ def fedavg(loss_fn, *, server_lr: float = 1.0, server_optimizer=None, client_opt
 
 @shares_fedavg_options(fedavg)
 def fedinit(loss_fn, *, beta: float = 0.1, **options):
-    """FedInit: FedAvg with relaxed initialization w_i0 = w + beta (w - w_i), beta = 0.1.
+    """FedInit (the paper's Algorithm 1): FedAvg with relaxed initialization
+    w_i0 = w + beta (w - w_i), beta = 0.1.
 
-    delta_from="global" (Algorithm 1) carries the RI offset beta mean_S(w - w_i) into w; a
-    server_optimizer with state (momentum, Adam) would accumulate that offset and drift, so
-    it is refused with "global": use delta_from="start" with it (help(fedavg))."""
+    Args:
+      loss_fn: `loss_fn(params, batch, key) -> scalar mean loss`.
+      beta: the RI coefficient (the paper's default 0.1; 0 is FedAvg).
+      **options: every option of fedavg, with its default (help(fedavg) gives each in full):
+        delta_from="global" (the paper: delta_i = w_iK - w; it carries the RI offset
+        beta mean_S(w - w_i) into w) or "start" (the authors' code: w_iK - w_i0);
+        first_visit="init" (Algorithm 1: a new client's w_i is w^0) or "global" (a new
+        client starts from w); ri_offset="model" (Algorithm 1, o_i = w - w_i) or an offset
+        rule, "next", "drift", "momentum" or "shared" (each needs first_visit="global");
+        server_lr=1, server_optimizer (an optax transformation; one with state, e.g. momentum
+        or Adam, is refused with delta_from="global", which would accumulate the offset),
+        client_optimizer, weight_decay=1e-3, clip_norm=10, runtime (vmap, sequential or
+        chunked clients, devices), correction.
+
+    Returns:
+      a FederatedAlgorithm: `init(params, num_clients) -> FedState`, `apply(state,
+      round_input, key) -> (state, metrics)`.
+    """
     return fedavg(loss_fn, beta=beta, **options)

@@ -61,7 +61,10 @@ class ClientStore(Protocol):
         """Write the rows of ids (distinct) from a Cohort of [N, ...] leaves."""
 
     def divergence_all(self, w) -> float:
-        """(1/C) sum_C ||row_i - w||^2 over the client_params rows (Delta^t)."""
+        """The mean squared RI offset over all C clients given the global model w: the
+        paper's Delta^t = (1/C) sum_C ||w_i - w||^2 where the rows are last local models
+        (ri_offset="model"), else (1/C) sum_C ||e_i||^2 of the offsets the rule stores
+        (federated_round.offset_reference): what the binaries report."""
 
     @property
     def rows_held(self) -> int:

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedinit_jax import row_deltas
-from fedinit_jax.federated_round import Cohort, initial_offset_row, to_storage
+from fedinit_jax.federated_round import Cohort, initial_offset_row, offset_reference, to_storage
 from fedinit_jax.types import FederatedAlgorithm
 
 __all__ = ["initial_row", "Layout", "check_ids", "LazyStore"]
@@ -100,6 +100,7 @@ class LazyStore:
             raise ValueError(f"num_clients={num_clients!r} must be a positive int")
         self.num_clients = int(num_clients)
         self.layout = Layout(initial_row(algo, params))
+        self.spec = algo.spec
         self.folder = None
         self._written = set()  # ids written since the last checkpoint (once attached)
         self._recorded = set()  # ids some delta holds (once attached)
@@ -122,12 +123,14 @@ class LazyStore:
             self._written.update(np.asarray(ids, np.int64).tolist())
 
     def divergence_all(self, w) -> float:
-        """Delta^t = (1/C) sum_C ||w_i - w||^2 over every row, the rows never written as
-        w^0. Each row's term in float64 from float32 differences, summed exactly
-        (math.fsum): the result does not depend on the order rows were written in, so a
-        resumed run gives an uninterrupted run's value to the bit. The device tables'
-        divergence_all sums in float32 and agrees to float32 rounding (~1e-6 relative)."""
-        w_flat = _flat_params(w)
+        """The mean squared RI offset given the global model w (ClientStore.divergence_all):
+        Delta^t = (1/C) sum_C ||w_i - w||^2 over every row, the rows never written as w^0,
+        or under an offset rule (1/C) sum_C ||e_i||^2 of the stored offsets. Each row's
+        term in float64 from float32 differences, summed exactly (math.fsum): the result
+        does not depend on the order rows were written in, so a resumed run gives an
+        uninterrupted run's value to the bit. The device tables' divergence_all sums in
+        float32 and agrees to float32 rounding (~1e-6 relative)."""
+        w_flat = _flat_params(offset_reference(self.spec, w))
         held = self._held_ids()
         block = self.layout.block_rows
         terms = [self.layout.sq_dists(self._read_flat(held[s:s + block])[0], w_flat)
@@ -142,7 +145,10 @@ class LazyStore:
 
     # -------------------------------------------------------------- incremental checkpoints
     def attach(self, folder: str) -> None:
-        """Keep the store's record (deltas) in folder: checkpoint / restore."""
+        """Keep the store's record (deltas) in folder: checkpoint / restore. Rows written
+        before the store was first attached go into its first checkpoint."""
+        if self.folder is None:
+            self._written.update(self._held_ids().tolist())
         os.makedirs(folder, exist_ok=True)
         row_deltas.remove_temporaries(folder)
         legacy = os.path.join(folder, "journal")  # the id journal of earlier versions

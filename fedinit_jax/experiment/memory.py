@@ -1,6 +1,8 @@
 """What a run needs of the host's and the device's memory, checked before anything is
 allocated: the per-client host arrays, the [C, ...] tables, a cohort's rows, a round's input
 and the compiled round (ValueError naming the field that sets the size)."""
+import resource
+
 import jax
 
 from fedinit_jax import costs
@@ -28,8 +30,8 @@ def check_client_arrays(config) -> None:
 
 
 def available_memory():
-    """Bytes this process's first device can hold: its allocator's limit (GPU/TPU), or the
-    host's MemAvailable (CPU); None when neither is known."""
+    """Bytes this process's first device can hold: its allocator's limit (GPU/TPU), or
+    what the host leaves this process (CPU: host_memory); None when neither is known."""
     try:  # this process's own device (another process's cannot be asked)
         stats = jax.local_devices()[0].memory_stats() or {}
     except Exception:  # noqa: BLE001 - backends without memory statistics raise various kinds
@@ -40,12 +42,46 @@ def available_memory():
 
 
 def host_memory():
-    """The host's MemAvailable in bytes (None when unknown): where round inputs are built."""
+    """Bytes this process may still allocate on the host (None when unknown): the least of
+    the host's MemAvailable, what the address-space limit (RLIMIT_AS, `ulimit -v`) leaves
+    beyond the process's virtual size, and what its cgroup's memory limit leaves (a batch
+    job's allocation: cgroup v2 memory.max - memory.current, or v1's limit - usage)."""
+    limits = []
     try:
         with open("/proc/meminfo") as f:
             fields = dict(line.split(":", 1) for line in f)
-        return int(fields["MemAvailable"].split()[0]) * 1024
+        limits.append(int(fields["MemAvailable"].split()[0]) * 1024)
     except (OSError, KeyError, ValueError):
+        pass
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        limits.append(max(0, soft - _virtual_size()))
+    for limit_file, usage_file in (("memory.max", "memory.current"),
+                                   ("memory/memory.limit_in_bytes",
+                                    "memory/memory.usage_in_bytes")):
+        limit, usage = _read_int(f"/sys/fs/cgroup/{limit_file}"), _read_int(
+            f"/sys/fs/cgroup/{usage_file}")
+        if limit is not None and usage is not None and limit < 2 ** 60:  # v1: "no limit"
+            limits.append(max(0, limit - usage))
+            break
+    return min(limits) if limits else None
+
+
+def _virtual_size() -> int:
+    """This process's virtual memory size in bytes (what RLIMIT_AS bounds)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[0]) * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _read_int(path):
+    """The integer a /sys file holds, or None (missing, unreadable or "max")."""
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
         return None
 
 

@@ -246,9 +246,9 @@ def _evaluate(exp, state, clients) -> dict:
     squared RI offset over all C clients: divergence_all) and the seconds they took."""
     t1 = time.perf_counter()
     row = {k: float(v) for k, v in exp.evaluate(state.params).items()}
-    reference = offset_reference(exp.algorithm.spec, state.params)
-    row["divergence_all"] = (float(divergence_all(state.client_params, reference))
-                             if clients is None else clients.divergence_all(reference))
+    row["divergence_all"] = (float(divergence_all(
+        state.client_params, offset_reference(exp.algorithm.spec, state.params)))
+        if clients is None else clients.divergence_all(state.params))
     row["eval_seconds"] = time.perf_counter() - t1
     return row
 
