@@ -38,6 +38,39 @@ def use_all_cpu_cores():
     os.environ["XLA_FLAGS"] = flags_now.strip()
 
 
+def check_xla_flags() -> None:
+    """Exit 2 naming the flag when XLA_FLAGS holds one XLA does not know (XLA itself aborts
+    the process at its first device, exit 1). Probed in a child process on the CPU (~1 s)
+    once per XLA_FLAGS value, remembered under $XDG_CACHE_HOME/fedinit_jax/xla_flags."""
+    import hashlib
+    import subprocess
+
+    value = os.environ.get("XLA_FLAGS", "").strip()
+    if not value:
+        return
+    cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                         "fedinit_jax", "xla_flags")
+    marker = os.path.join(cache, hashlib.sha256(value.encode()).hexdigest()[:32])
+    if os.path.exists(marker):
+        return
+    try:
+        probe = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"],
+                               env={**os.environ, "JAX_PLATFORMS": "cpu"}, text=True,
+                               capture_output=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired):
+        return  # no verdict: the run itself will say
+    unknown = re.search(r"Unknown flags? in XLA_FLAGS: (.*)", probe.stderr)
+    if probe.returncode and unknown:
+        _fail(f"XLA_FLAGS={value!r}: XLA does not know {unknown.group(1).strip()}; remove it "
+              "(XLA's flags: https://github.com/openxla/xla/blob/main/xla/debug_options_flags.cc)")
+    if probe.returncode == 0:
+        try:
+            os.makedirs(cache, exist_ok=True)
+            open(marker, "w").close()
+        except OSError:
+            pass
+
+
 def one_line(err: BaseException) -> str:
     """An exception's message and its causes folded into one line."""
     parts = []

@@ -4,6 +4,7 @@ the --grid axes x seeds on top of the config."""
 import hashlib
 import json
 import os
+import re
 
 from absl import flags
 
@@ -27,7 +28,10 @@ SHORTHANDS = {"algorithm": "--algorithms", ALPHA: "--dirichlet_alphas",
 
 def _value(text: str, like, field):
     """`text` read as the type of the config's value `like` (bool, int, float, str; None:
-    a number if it reads as one, else the text)."""
+    a number if it reads as one, else the text); "None" is None for any field, as
+    --config.FIELD=None (the config's checks refuse it where a field needs a value)."""
+    if text == "None":
+        return None
     if isinstance(like, bool):
         if text.lower() not in ("true", "false"):
             raise ValueError(f"--grid {field}={text}: config.{field} is a bool: true or false")
@@ -113,8 +117,7 @@ def _cell_name(config, natural, default_beta, chosen=None) -> str:
     alpha = tasks.own_fields(config).get("dirichlet_alpha")  # the image family's
     split = natural or (f"dir{alpha:g}" if alpha is not None else config["dataset"])
 
-    extra = "".join(f"-{field}{value:g}" if isinstance(value, float) else f"-{field}{value}"
-                    for field, value in (chosen or {}).items())
+    extra = "".join(f"-{field}{_name_part(value)}" for field, value in (chosen or {}).items())
 
     def name(beta):
         return (f"{config['algorithm']}-{split}-beta{beta}-E{config['local_epochs']}-"
@@ -127,6 +130,14 @@ def _cell_name(config, natural, default_beta, chosen=None) -> str:
             and os.path.isdir(os.path.join(FLAGS.results, legacy))):
         return legacy
     return resolved
+
+
+def _name_part(value) -> str:
+    """A grid value as part of a folder name: floats by %g, any character outside
+    [A-Za-z0-9.+_-] (a path's '/') as '_' (two values that read alike are refused by
+    cells_of_flags)."""
+    text = format(value, "g") if isinstance(value, float) else str(value)
+    return re.sub(r"[^A-Za-z0-9.+_-]+", "_", text).strip("_") or "_"
 
 
 def cells_of_flags():

@@ -50,7 +50,8 @@ import time
 
 from experiments import exit_codes
 from experiments.cell_states import cell_state, describe_state, record, recorded
-from experiments.cli import define_config, one_line, parse_flags, use_all_cpu_cores
+from experiments.cli import (check_xla_flags, define_config, one_line, parse_flags,
+                             use_all_cpu_cores)
 from experiments.grid import cells_of_flags
 from experiments.sweep_workers import stop_if, with_workers
 
@@ -179,6 +180,7 @@ def main(argv):
     if not FLAGS.results:
         print("error: --results is required", file=sys.stderr)
         sys.exit(exit_codes.BAD_INPUT)
+    check_xla_flags()
     try:
         grid = cells_of_flags()
     except ValueError as err:

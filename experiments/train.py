@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 
-from experiments.cli import use_all_cpu_cores
+from experiments.cli import check_xla_flags, use_all_cpu_cores
 
 use_all_cpu_cores()  # before JAX is imported: one XLA CPU device per core
 
@@ -61,6 +61,7 @@ def main(argv):
         print("error: --workdir is required", file=sys.stderr)
         sys.exit(exit_codes.BAD_INPUT)
     refuse_epochs_beside_steps(sys.argv, FLAGS.config)
+    check_xla_flags()
     config = FLAGS.config.to_dict()
     by_hand = (FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
     multi_process = FLAGS.distributed or any(v is not None for v in by_hand)

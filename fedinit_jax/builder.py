@@ -113,6 +113,13 @@ def algorithm_of(spec: RoundSpec, runtime: Runtime, beta: float = 0.0) -> Federa
     def apply(state: FedState, round_input: RoundInput, key):
         """One round (pure, jittable): (state, round_input, key) -> (state, metrics)."""
         check_static(round_input, key)
+        if not isinstance(state, FedState) or state.client_params is None:
+            raise ValueError(
+                "algo.apply needs a FedState with its [C, ...] client tables (algo.init(params, "
+                "num_clients)); " + ("this one has none (client_store.server_state): run it "
+                                     "with client_store.run_round(algo, state, store, "
+                                     "round_input, key)" if isinstance(state, FedState)
+                                     else f"got {type(state).__name__}"))
         return jitted_round(place(state), as_arrays(round_input), key)
 
     def lower(state, round_input: RoundInput, key):

@@ -50,6 +50,9 @@ def check_number(name: str, value, low=None, high=None, *, low_open=False, high_
         return
     if isinstance(value, np.ndarray) and value.ndim == 0:  # np.array(0.1): a number too
         value = value[()]
+    if (isinstance(value, jax.Array) and value.ndim == 0  # jnp.array(0.1), not traced
+            and not isinstance(value, jax.core.Tracer)):
+        value = value.item()
     kind = (int, np.integer) if integer else (int, float, np.integer, np.floating)
     if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value):
         fail(name, value, f"must be a finite {'int' if integer else 'number'}")

@@ -140,3 +140,43 @@ def test_host_memory_honours_the_address_space_limit(monkeypatch):
     monkeypatch.setattr(memory.resource, "getrlimit", lambda which: (
         memory._virtual_size() // 2, resource.RLIM_INFINITY))
     assert memory.host_memory() == 0
+
+
+def test_api_arguments_of_the_wrong_kind_are_named():
+    """A server state (no client tables) given to algo.apply, run_round's state and store
+    swapped: one ValueError saying what to call; a 0-d jax array is a beta like a 0-d numpy
+    array."""
+    import jax
+    import jax.numpy as jnp
+
+    from fedinit_jax import RoundInput, client_store
+
+    params = {"w": jnp.zeros(3), "b": jnp.zeros(())}
+    algo = algorithms.fedinit(linreg_loss)
+    store = client_store.HostStore(algo, params, 10)
+    state = client_store.server_state(algo, params)
+    ri = RoundInput(np.array([1, 2]), (np.zeros((2, 1, 4, 3), np.float32),
+                                       np.zeros((2, 1, 4), np.float32)), 0.1)
+    with pytest.raises(ValueError, match=r"has none \(client_store.server_state\): run it "
+                                         r"with client_store.run_round"):
+        algo.apply(state, ri, jax.random.key(0))
+    with pytest.raises(ValueError, match="state must be a FedState .*got HostStore"):
+        client_store.run_round(algo, store, state, ri, jax.random.key(0))
+    assert float(algorithms.fedinit(linreg_loss, beta=jnp.array(0.2)).init(
+        params, 4).beta) == pytest.approx(0.2)
+
+
+def test_an_unknown_xla_flag_is_one_line_and_exit_2(monkeypatch, tmp_path, capsys):
+    """XLA aborts a process whose XLA_FLAGS it does not know (its fatal line, exit 1): the
+    binaries probe the value first (once per value, remembered) and name the flag."""
+    from experiments import cli
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("XLA_FLAGS", "--xla_nonexistent_flag=1")
+    with pytest.raises(SystemExit) as exit_:
+        cli.check_xla_flags()
+    assert exit_.value.code == 2
+    assert "XLA does not know --xla_nonexistent_flag=1" in capsys.readouterr().err
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+    cli.check_xla_flags()  # known: passes, and is remembered
+    assert len(os.listdir(tmp_path / "fedinit_jax" / "xla_flags")) == 1

@@ -230,3 +230,16 @@ def test_a_cells_status_speaks_for_its_config_across_schema_versions(tmp_path):
     (tmp_path / "sweep_status" / "b.json").write_text(json.dumps(legacy))
     assert cell_state(str(tmp_path), "b", config) == ("diverged", "round 5")
     assert cell_state(str(tmp_path), "b", {**config, "seed": 1}) == ("not started", "")
+
+
+def test_grid_values_none_and_paths():
+    """--grid FIELD=None is None (as --config.FIELD=None), and a value holding a path names
+    a folder of the results, not a nested one."""
+    from experiments import grid
+
+    assert grid._value("None", 1e-3, "weight_decay") is None
+    assert grid._value("0.001", 1e-3, "weight_decay") == 0.001
+    with pytest.raises(ValueError, match="config.weight_decay is a float"):
+        grid._value("none", 1e-3, "weight_decay")
+    assert grid._name_part("/tmp/a") == "tmp_a" and "/" not in grid._name_part("a/../b")
+    assert grid._name_part(0.001) == "0.001" and grid._name_part(None) == "None"

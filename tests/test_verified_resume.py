@@ -165,3 +165,17 @@ def test_the_state_digest_is_the_same_on_the_devices_and_in_numpy(dtype):
     assert record.state_digest({"x": jnp.asarray(flipped)}) != digest
     assert record.state_digest({"x": jnp.asarray(swapped)}) != digest
     assert record.state_digest({"y": x}) != digest
+
+
+def test_train_log_says_when_the_previous_run_ended_uncleanly(workdir):
+    """A kill leaves train.log without its summary line: the resumed run says so before
+    its rounds, and names why its store is the one it uses (auto: as the run so far)."""
+    log = workdir / "train.log"
+    lines = log.read_text().splitlines(keepends=True)
+    log.write_text("".join(lines[:-1]))  # as a SIGKILL leaves it: no summary line
+    simulation.run(LONGER, str(workdir), **QUIET)
+    text = log.read_text()
+    assert text.count("note: the previous run in this workdir ended without its summary") == 1
+    assert "client store: device (auto, as the run so far: run_info.json)" in text
+    simulation.run(quiet_config(rounds=7), str(workdir), **QUIET)  # ended cleanly: no note
+    assert log.read_text().count("note: the previous run") == 1

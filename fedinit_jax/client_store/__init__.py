@@ -115,6 +115,10 @@ def run_round(algo: FederatedAlgorithm, state: FedState, client_rows, round_inpu
     needs a DiskStore on a folder every process reads: process 0 journals the round's ids
     before any row is written and marks them present, and the round ends when every
     process has written its rows."""
+    if not isinstance(state, FedState) or not isinstance(client_rows, ClientStore):
+        raise ValueError(f"run_round(algo, state, client_rows, round_input, key): state must be "
+                         f"a FedState (client_store.server_state), got {type(state).__name__}; "
+                         f"client_rows a ClientStore, got {type(client_rows).__name__}")
     check_inputs(round_input, client_rows.num_clients, algo.runtime.num_devices or 1)
     round_input = as_arrays(round_input)
     ids = np.asarray(round_input.client_ids)

@@ -60,7 +60,8 @@ def build(run_plan, client_store=None, log=None) -> Experiment:
     shapes = jax.eval_shape(lambda k: task.model.init(k, task.input_shape), key)
     state = costs.state_costs(algo, shapes)
     memory.check_round_input_size(run_plan, task)
-    reason = "config.client_store"
+    reason = ("config.client_store" if run_plan.store.kind != "auto" else
+              "auto, as the run so far: run_info.json")
     if store == "auto":
         store, reason = _auto_on_cpu(run_plan)
     if store in ("device", "auto"):

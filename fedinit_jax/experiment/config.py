@@ -28,8 +28,14 @@ def read_recorded(recorded) -> dict:
 
 
 def saved_config(path: str) -> dict:
-    """A run's config.json read as recorded (read_recorded)."""
-    return read_recorded(workdir.read_json(path))
+    """A run's config.json read as recorded (read_recorded); ValueError naming the file
+    when it cannot be read as a config of this version."""
+    try:
+        return read_recorded(workdir.read_json(path))
+    except workdir.WorkdirError:
+        raise
+    except ValueError as err:
+        raise workdir.WorkdirError(f"{path}: {err}") from None
 
 
 def flat_fields(config, prefix: str = "") -> dict:

@@ -43,8 +43,10 @@ def upgrade(recorded) -> dict:
     config = dict(recorded)
     version = config.get(FIELD, 1)
     if not isinstance(version, int) or not 1 <= version <= VERSION:
-        raise ValueError(f"{FIELD}={version!r}: this fedinit_jax reads configs of schema "
-                         f"1..{VERSION} (a newer version wrote it?)")
+        kind = "" if isinstance(version, int) else f" (a {type(version).__name__}, not an int)"
+        raise ValueError(f"{FIELD}={version!r}{kind}: this fedinit_jax reads configs of "
+                         f"schema 1..{VERSION}" + (" (a newer version wrote it?)"
+                                                   if isinstance(version, int) else ""))
     if version < 2:
         config = _from_1(config)
     config[FIELD] = VERSION

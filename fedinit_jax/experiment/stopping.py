@@ -154,11 +154,11 @@ def ending(err: BaseException) -> str:
                 "checkpoint saved (rerun the same command to continue)")
     if isinstance(err, NonFiniteError):
         return "diverged"
+    text = " ".join(str(err).split())[:300]
     if isinstance(err, WriteError):
-        return "a write failed"
-    if isinstance(err, distributed.PeerLost):
-        return "a peer process was lost"
+        return f"a write failed: {text}"
+    if isinstance(err, distributed.PeerLost):  # its cause in train.log too, not only stderr
+        return f"a peer process was lost: {text}"
     if isinstance(err, (KeyboardInterrupt, SystemExit)):
         return type(err).__name__
-    text = " ".join(str(err).split())
-    return f"error: {text[:300]}"
+    return f"error: {text}"

@@ -268,7 +268,12 @@ class TrainLog:
         self.path = os.path.join(workdir, TRAIN_LOG)
         self.echo = early.echo
         with reporting(self.path):
+            unclean = _ended_without_summary(self.path)
             self._file = open(self.path, "a")
+            if unclean:
+                self._file.write(f"{_utc_now()} note: the previous run in this workdir ended "
+                                 "without its summary line (killed, or its machine lost): "
+                                 "the rounds after its last checkpoint are run again below\n")
             self._file.writelines(f"{stamp} {line}\n" for stamp, line in early.lines)
             self._file.flush()
 
@@ -281,6 +286,17 @@ class TrainLog:
 
     def close(self):
         _close(self._file)
+
+
+def _ended_without_summary(path: str) -> bool:
+    """Whether train.log exists and its last line is not a run's summary line."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - 4096))
+            lines = f.read().decode(errors="replace").strip().splitlines()
+    except OSError:
+        return False
+    return bool(lines) and " summary: " not in lines[-1]
 
 
 class ScalarLog:
