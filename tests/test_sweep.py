@@ -172,18 +172,26 @@ def test_the_array_script_runs_the_grid_it_is_given(tmp_path):
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "LOG": str(tmp_path / "log"),
            "SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_JOB_ID": "77"}
 
+    python = tmp_path / "python"  # stands for the venv's interpreter: says how it was called
+    python.write_text('#!/bin/bash\necho "python $*" >> "$LOG"; exit "${PY_EXIT:-0}"\n')
+    python.chmod(stat.S_IRWXU)
+
     def run(*args, **extra):
-        return subprocess.run(["bash", script, *args], env={**env, **extra},
+        return subprocess.run(["bash", script, *args], env={**env, **extra}, cwd=ROOT,
                               capture_output=True, text=True, timeout=30)
 
     refused = run()
     assert refused.returncode == 2 and "no grid" in refused.stderr
     assert run(GRID="--config c.py --results /r --seeds=0,1").returncode == 0
     assert run("--config", "d.py", "--results", "/q", SRUN_EXIT="75").returncode == 75
+    local = run("--config", "d.py", PATH="/usr/bin:/bin", PYTHON=str(python), PY_EXIT="75")
+    assert local.returncode == 75 and "rerun the same command" in local.stderr  # no SLURM
     assert (tmp_path / "log").read_text().splitlines() == [
-        "srun python -m experiments.sweep --config c.py --results /r --seeds=0,1 --cell=3",
-        "srun python -m experiments.sweep --config d.py --results /q --cell=3",
-        "scontrol requeue 77_3"]
+        "srun .venv/bin/python -m experiments.sweep --config c.py --results /r --seeds=0,1 "
+        "--cell=3",
+        "srun .venv/bin/python -m experiments.sweep --config d.py --results /q --cell=3",
+        "scontrol requeue 77_3",
+        "python -m experiments.sweep --config d.py --cell=3"]
 
 
 def test_a_grid_over_any_config_field(tmp_path):

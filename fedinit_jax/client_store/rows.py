@@ -119,8 +119,7 @@ class LazyStore:
 
     def journal(self, ids) -> None:
         """Name ids as written in this round (the next checkpoint's delta holds their rows)."""
-        if self.folder is not None:
-            self._written.update(np.asarray(ids, np.int64).tolist())
+        self._written.update(np.asarray(ids, np.int64).tolist())
 
     def divergence_all(self, w) -> float:
         """The mean squared RI offset given the global model w (ClientStore.divergence_all):
@@ -146,9 +145,7 @@ class LazyStore:
     # -------------------------------------------------------------- incremental checkpoints
     def attach(self, folder: str) -> None:
         """Keep the store's record (deltas) in folder: checkpoint / restore. Rows written
-        before the store was first attached go into its first checkpoint."""
-        if self.folder is None:
-            self._written.update(self._held_ids().tolist())
+        before the store was attached go into its first checkpoint (journal)."""
         os.makedirs(folder, exist_ok=True)
         row_deltas.remove_temporaries(folder)
         legacy = os.path.join(folder, "journal")  # the id journal of earlier versions

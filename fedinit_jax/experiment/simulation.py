@@ -235,7 +235,7 @@ def _rounds(exp, config, state, clients, checkpointer, start, rows, out, primary
             fault("checkpoint_saved", t + 1)
         if stopping_now and t + 1 < rounds:  # a signal on any process stops all of them
             raise Stopped(stop.signum or signal.SIGTERM, t + 1)  # (a finished run: done)
-    if clients is not None:  # what a federation kept in a store cost this process
+    if clients is not None and start < rounds:  # what a store cost this process's rounds
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
         log(f"client store: {clients.rows_held:,} of {exp.plan.sampling.num_clients:,} clients "
             f"hold a row; peak RSS {peak:,.0f} MiB")
