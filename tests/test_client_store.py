@@ -40,8 +40,9 @@ def _equal(a, b):
 
 @pytest.mark.parametrize("name, runtime", [
     ("fedinit", {"execution": "vmap"}), ("scaffold", {"execution": "vmap"}),
-    ("fedcm", {"execution": "sequential"}), ("feddyn", {"execution": "vmap", "num_devices": 2}),
-    ("fedinit-first_visit", {"execution": "sequential"})])
+    pytest.param("fedcm", {"execution": "sequential"}, marks=pytest.mark.slow),
+    ("feddyn", {"execution": "vmap", "num_devices": 2}),
+    pytest.param("fedinit-first_visit", {"execution": "sequential"}, marks=pytest.mark.slow)])
 def test_every_store_equals_the_state_tables(tmp_path, name, runtime):
     if runtime.get("num_devices", 1) > len(jax.devices()):
         pytest.skip("needs 2 XLA devices")

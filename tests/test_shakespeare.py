@@ -280,6 +280,7 @@ def test_fused_lstm_equals_flax_scan_in_float64():
         models.get("lstm", sh.VOCAB_SIZE, recurrence="cudnn").init(jax.random.key(0), (4,))
 
 
+@pytest.mark.slow  # ~11 s: the fused LSTM's numbers are the float64 test's; the binary's run
 def test_fused_lstm_under_vmap_and_in_a_federated_round():
     """The custom backward under vmap (clients side by side) equals the sequential clients'
     (float rounding), as a round trains them."""

@@ -57,6 +57,7 @@ def test_cells_listed_run_one_by_one_refused_when_changed(tmp_path):
     assert "1/2 cells done" in again.stdout
 
 
+@pytest.mark.slow  # ~26 s: a cell's SIGTERM is in the workers' test, --cell and refusals above
 def test_a_job_array_loop_preempted_and_resubmitted(tmp_path):
     """Tasks of a job array: one preempted (SIGTERM: exit 75, its cell unfinished), one
     diverged (exit 3, not rerun); --list names the states and exits 75 while cells are

@@ -135,7 +135,7 @@ def runaway(rows) -> str | None:
     """
     losses = [row["train_loss"] for row in rows]
     n, k, w = len(losses), RUNAWAY_ROUNDS, RUNAWAY_WINDOW
-    if n < w + k:
+    if n < w + k or min(losses[n - k:]) <= RUNAWAY_FLOOR * losses[0]:  # O(K) before O(n W)
         return None
     baseline = min(statistics.median(losses[i - w:i]) for i in range(w, n - k + 1))
     threshold = max(RUNAWAY_FACTOR * baseline, RUNAWAY_FLOOR * losses[0])
