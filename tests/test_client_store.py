@@ -179,7 +179,7 @@ def test_the_loop_with_a_store_resumes_exactly_after_a_fault(tmp_path, device_ro
     assert info["client_store"] == store
 
 
-@pytest.mark.parametrize("ri_offset", ["momentum", "shared"])
+@pytest.mark.parametrize("ri_offset", ["momentum", pytest.param("shared", marks=pytest.mark.slow)])
 def test_the_momentum_offset_resumes_exactly(tmp_path, ri_offset):
     """ri_offset="momentum" and "shared" keep m^t on the server (FedState.ri_momentum, in the
     checkpoint): a run cut after a checkpoint resumes to the rows of an uninterrupted one."""

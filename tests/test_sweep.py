@@ -32,6 +32,7 @@ def status(results):
             for name in os.listdir(folder)}
 
 
+@pytest.mark.slow  # ~22 s: cells run by the grid test below; the refusals are the binary's
 def test_cells_listed_run_one_by_one_refused_when_changed(tmp_path):
     first = sweep(tmp_path, *TINY, "--cell=1")  # a job array's task: one cell
     assert first.returncode == 0, first.stderr
@@ -112,6 +113,7 @@ def test_workers_and_a_second_sweep_share_a_results_folder(tmp_path):
         assert [r["round"] for r in rows] == [1, 2, 3]  # each round once: never run twice
 
 
+@pytest.mark.slow  # ~6 s of --list subprocesses: the grid's refusals
 def test_cells_that_would_share_a_workdir_or_be_one_run_are_refused(tmp_path):
     for flags, message in [
             (["--betas=0.1,0.1000001"], "cells share a workdir name: fedavg-dir0.1-beta0.1-"),
