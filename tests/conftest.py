@@ -56,10 +56,13 @@ def linreg_loss(params, batch, key):
     return jnp.mean((x @ params["w"] + params["b"] - y) ** 2)
 
 
+STATEFUL_SERVERS = ("fedadam", "fedyogi")  # server optimizers with state: RI needs `start`
+
+
 def with_ri(name, beta=0.1) -> dict:
-    """Builder options for `name` + RI: FedAdam's stateful server refuses Algorithm 1's
-    `global` aggregation with RI, so it takes the authors' `start`."""
-    return {"beta": beta, **({"delta_from": "start"} if name == "fedadam" else {})}
+    """Builder options for `name` + RI: a stateful server (FedAdam, FedYogi) refuses
+    Algorithm 1's `global` aggregation with RI, so it takes the authors' `start`."""
+    return {"beta": beta, **({"delta_from": "start"} if name in STATEFUL_SERVERS else {})}
 
 
 def ri_options(name, beta, delta_from) -> dict:
@@ -72,8 +75,8 @@ def ri_options(name, beta, delta_from) -> dict:
         if delta_from == "start":
             pytest.skip(f"{name}'s server replaces w: delta_from is not its option")
         return {"beta": beta}
-    if name == "fedadam" and beta and delta_from == "global":
-        pytest.skip("FedAdam + RI refuses delta_from='global'")
+    if name in STATEFUL_SERVERS and beta and delta_from == "global":
+        pytest.skip(f"{name} + RI refuses delta_from='global'")
     return {"beta": beta, "delta_from": delta_from}
 
 
@@ -150,6 +153,7 @@ def assert_matches(state, history, ref):
 # large so that a 1% error in any correction term moves the result past the 1e-5 tolerance.
 CASES = [
     ("fedadam", {"server_lr": 0.1}, {"server_lr": 0.1}),
+    ("fedyogi", {"server_lr": 0.1}, {"server_lr": 0.1}),
     ("fedsam", {"rho": 0.5}, {"rho": 0.5}),
     ("scaffold", {}, {}),
     ("feddyn", {"lam": 1.0}, {"lam": 1.0}),

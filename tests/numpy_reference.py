@@ -27,7 +27,8 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
     """rounds: list of (ids, xs [N, K, B, d], ys [N, K, B], lr). Returns a dict of final state.
 
     The SAM family composes: fedspeed = SAM + FedDyn, fedgamma = SAM + SCAFFOLD,
-    mofedsam = SAM + FedCM, fedsmoo = dynamic SAM (mu_i, s) + FedDyn.
+    mofedsam = SAM + FedCM, fedsmoo = dynamic SAM (mu_i, s) + FedDyn; fedadam and fedyogi
+    are FedAvg with Reddi et al.'s Adam / Yogi server step (m, v; no bias correction).
     client_momentum: heavy-ball momentum in every client's local steps, u = m u + g,
     x -= lr u, u = 0 at the start of each client's round.
     ri_offset: the RI offset o_i of w_i0 = w + beta o_i: "model" o_i = w - w_i (Algorithm 1);
@@ -50,7 +51,7 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
     h_i = [np.zeros_like(w) for _ in range(num_clients)]
     d = np.zeros_like(w)
     m = np.zeros_like(w)
-    v = np.zeros_like(w)
+    v = np.full_like(w, eps ** 2) if alg == "fedyogi" else np.zeros_like(w)
     mu_i = [np.zeros_like(w) for _ in range(num_clients)]
     s = np.zeros_like(w)
     ri_m = np.zeros_like(w)  # ri_offset="momentum"'s (and "shared"'s) shared offset
@@ -113,9 +114,12 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
         w_old = w.copy()
         mean_delta = np.mean(deltas, axis=0)
         mean_progress = np.mean(progresses, axis=0)
-        if alg == "fedadam":
+        if alg in ("fedadam", "fedyogi"):
             m = b1 * m + (1 - b1) * mean_delta
-            v = b2 * v + (1 - b2) * mean_delta ** 2
+            if alg == "fedadam":
+                v = b2 * v + (1 - b2) * mean_delta ** 2
+            else:  # Yogi (Reddi et al. 2021, Algorithm 2), v starting at eps^2
+                v = v - (1 - b2) * mean_delta ** 2 * np.sign(v - mean_delta ** 2)
             w = w + server_lr * m / (np.sqrt(v) + eps)
         elif dyn:
             w = np.mean(ends, axis=0) + np.mean(h_i, axis=0)

@@ -6,6 +6,7 @@ import pytest
 from conftest import (
     CASES,
     NUM_CLIENTS,
+    STATEFUL_SERVERS,
     assert_matches,
     assert_states_match,
     flat,
@@ -34,7 +35,7 @@ def test_matches_numpy_reference(linreg_rounds, theta0, name, hparams, ref_kwarg
     assert ref["clipped_steps"] > 0  # the authors' clip form is exercised, not bypassed
     assert_matches(state, history, ref)
     assert_states_match(name, state, ref)
-    if name == "fedadam":
+    if name in STATEFUL_SERVERS:  # the moments, as the paper's (Adam / Yogi) numpy loop
         m, v = state.server_opt_state[0]
         np.testing.assert_allclose(flat(m), -ref["m"], atol=1e-5, rtol=1e-5)
         np.testing.assert_allclose(flat(v), ref["v"], atol=1e-6, rtol=1e-5)
@@ -121,7 +122,7 @@ def test_every_registered_algorithm_starts_clients_from_the_relaxed_initializati
         jax.debug.callback(lambda w: starts.append(np.asarray(w)), params["w"])
         return linreg_loss(params, batch, key)
 
-    start = {"delta_from": "start"} if name == "fedadam" else {}  # its Adam refuses `global`
+    start = {"delta_from": "start"} if name in STATEFUL_SERVERS else {}  # refuse `global`
     algo = algorithms.get(name, recording_loss, beta=0.3, weight_decay=None, clip_norm=None,
                           **start)
     w = np.array([0.3, -0.2, 0.1, 0.05])

@@ -21,6 +21,7 @@ from fedinit_jax.algorithms import fedgamma as _fedgamma
 from fedinit_jax.algorithms import fedsam as _fedsam
 from fedinit_jax.algorithms import fedsmoo as _fedsmoo
 from fedinit_jax.algorithms import fedspeed as _fedspeed
+from fedinit_jax.algorithms import fedyogi as _fedyogi
 from fedinit_jax.algorithms import mofedsam as _mofedsam
 from fedinit_jax.algorithms import scaffold as _scaffold
 from fedinit_jax.algorithms.fedadam import fedadam
@@ -32,6 +33,7 @@ from fedinit_jax.algorithms.fedprox import fedprox
 from fedinit_jax.algorithms.fedsam import fedsam
 from fedinit_jax.algorithms.fedsmoo import fedsmoo
 from fedinit_jax.algorithms.fedspeed import fedspeed
+from fedinit_jax.algorithms.fedyogi import fedyogi
 from fedinit_jax.algorithms.mofedsam import mofedsam
 from fedinit_jax.algorithms.options import check_options
 from fedinit_jax.algorithms.scaffold import scaffold
@@ -83,6 +85,7 @@ class Entry(NamedTuple):
 REGISTRY = {
     "fedavg": Entry(fedavg, "FedAvg", 0.998, "McMahan et al. 2017"),
     "fedadam": Entry(fedadam, "FedAdam", 0.998, "Reddi et al. 2021", _fedadam.COSTS),
+    "fedyogi": Entry(fedyogi, "FedYogi", 0.998, "Reddi et al. 2021", _fedyogi.COSTS),
     "fedsam": Entry(fedsam, "FedSAM", 0.998, "Qu et al. 2022", _fedsam.COSTS),
     "scaffold": Entry(scaffold, "SCAFFOLD", 0.998, "Karimireddy et al. 2020", _scaffold.COSTS),
     "feddyn": Entry(feddyn, "FedDyn", 0.9995, "Acar et al. 2021", _feddyn.COSTS),
@@ -120,4 +123,4 @@ def get(name: str, loss_fn, **options):
 
 __all__ = ["REGISTRY", "Entry", "get", "get_entry", "hparam_names", "hyperparameters",
            "SHARED_OPTIONS", "fedavg", "fedinit", "fedadam", "fedsam", "scaffold", "feddyn",
-           "fedcm", "fedprox", "fedspeed", "fedsmoo", "fedgamma", "mofedsam"]
+           "fedcm", "fedprox", "fedspeed", "fedsmoo", "fedgamma", "mofedsam", "fedyogi"]
