@@ -4,7 +4,10 @@ With dbar = mean_S(delta_i), as in the authors' code (no bias correction):
 
     m = b1 m + (1 - b1) dbar;  v = b2 v + (1 - b2) dbar^2;  w <- w + eta_g m / (sqrt(v) + eps)
 
-defaults b1 = 0.9, b2 = 0.99, eps = 0.01, eta_g = 0.1.
+defaults b1 = 0.9, b2 = 0.99, eps = 0.01, eta_g = 0.1. m and v start at 0, as the FedInit
+authors' simulator (FL-Simulator, server/FedAdam.py), whose tables this reproduces; Reddi et
+al.'s Algorithm 2 starts v at v_{-1} >= tau^2 (eps^2 here), which fedyogi.py follows. No bias
+correction and eps outside the square root: both agree.
 """
 from typing import Any, NamedTuple
 
