@@ -20,7 +20,8 @@ from fedinit_jax.algorithms.options import shares_fedavg_options
 from fedinit_jax.checks import check_number
 from fedinit_jax.types import Costs
 
-__all__ = ["AdamNoBiasState", "scale_by_adam_no_bias_correction", "fedadam", "COSTS"]
+__all__ = ["AdamNoBiasState", "scale_by_adam_no_bias_correction", "adaptive_server", "fedadam",
+           "COSTS"]
 
 
 class AdamNoBiasState(NamedTuple):
@@ -45,17 +46,23 @@ def scale_by_adam_no_bias_correction(b1=0.9, b2=0.99, eps=0.01) -> optax.Gradien
     return optax.GradientTransformation(init, update)
 
 
-@shares_fedavg_options(fedavg, server_optimizer=False)
-def fedadam(loss_fn, *, server_lr: float = 0.1, b1: float = 0.9, b2: float = 0.99,
-            eps: float = 0.01, **options):
-    """FedAvg with the server optimizer chain(adam-without-bias-correction, scale(-eta_g))."""
+def adaptive_server(loss_fn, scale_by, server_lr, b1, b2, eps, options):
+    """FedAvg whose server optimizer is chain(scale_by(b1, b2, eps), scale(-eta_g)) (Reddi et
+    al.'s FedOpt), the hyperparameters checked first: FedAdam's and FedYogi's builder."""
     check_number("server_lr", server_lr, 0.0, low_open=True)
     check_number("b1", b1, 0.0, 1.0, high_open=True)
     check_number("b2", b2, 0.0, 1.0, high_open=True)
     check_number("eps", eps, 0.0, low_open=True)
-    server_optimizer = optax.chain(scale_by_adam_no_bias_correction(b1, b2, eps),
-                                   optax.scale(-server_lr))
+    server_optimizer = optax.chain(scale_by(b1, b2, eps), optax.scale(-server_lr))
     return fedavg(loss_fn, server_optimizer=server_optimizer, **options)
+
+
+@shares_fedavg_options(fedavg, server_optimizer=False)
+def fedadam(loss_fn, *, server_lr: float = 0.1, b1: float = 0.9, b2: float = 0.99,
+            eps: float = 0.01, **options):
+    """FedAvg with the server optimizer chain(adam-without-bias-correction, scale(-eta_g))."""
+    return adaptive_server(loss_fn, scale_by_adam_no_bias_correction, server_lr, b1, b2, eps,
+                           options)
 
 
 COSTS = Costs(server_state=("m", "v"))

@@ -16,9 +16,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from fedinit_jax.algorithms.fedadam import adaptive_server
 from fedinit_jax.algorithms.fedavg import fedavg
 from fedinit_jax.algorithms.options import shares_fedavg_options
-from fedinit_jax.checks import check_number
 from fedinit_jax.types import Costs
 
 __all__ = ["YogiState", "scale_by_yogi_no_bias_correction", "fedyogi", "COSTS"]
@@ -54,13 +54,8 @@ def fedyogi(loss_fn, *, server_lr: float = 0.1, b1: float = 0.9, b2: float = 0.9
 
     Its server keeps state (m, v), so with RI (beta != 0) it takes delta_from="start"
     (help(fedavg): under "global" the offset would enter its moments)."""
-    check_number("server_lr", server_lr, 0.0, low_open=True)
-    check_number("b1", b1, 0.0, 1.0, high_open=True)
-    check_number("b2", b2, 0.0, 1.0, high_open=True)
-    check_number("eps", eps, 0.0, low_open=True)
-    server_optimizer = optax.chain(scale_by_yogi_no_bias_correction(b1, b2, eps),
-                                   optax.scale(-server_lr))
-    return fedavg(loss_fn, server_optimizer=server_optimizer, **options)
+    return adaptive_server(loss_fn, scale_by_yogi_no_bias_correction, server_lr, b1, b2, eps,
+                           options)
 
 
 COSTS = Costs(server_state=("m", "v"))
