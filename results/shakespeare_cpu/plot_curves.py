@@ -12,6 +12,7 @@ import matplotlib
 import numpy as np
 
 sys.path.insert(0, os.getcwd())  # the repository root: experiments/ is not installed
+from experiments.figures import legend_outside, plot_line, styles  # noqa: E402
 from experiments.results import sample_std  # noqa: E402
 
 matplotlib.use("Agg")
@@ -34,18 +35,20 @@ def curves(prefix, field):
 
 
 fig, ax = plt.subplots(figsize=(7, 4))
+look = styles(GROUPS)
 for name, prefix in GROUPS.items():
     for field in ("test_accuracy", "test_accuracy_in_vocab"):
         rounds, c = curves(prefix, field)
         print(f"{name}: {field} round {rounds[-1]} {c[:, -1].mean():.2f} +- "
               f"{sample_std(c[:, -1]):.2f} (n={len(c)})")
     rounds, c = curves(prefix, "test_accuracy")
-    ax.plot(rounds, c.mean(0), label=name)
-    ax.fill_between(rounds, c.min(0), c.max(0), alpha=0.2)
+    plot_line(ax, rounds, c.mean(0), look[name], f"{name} (n={len(c)})")
+    if len(c) >= 3:
+        ax.fill_between(rounds, c.min(0), c.max(0), alpha=0.2, color=look[name]["color"])
 ax.set_xlabel("round")
 ax.set_ylabel("test accuracy (%)")
-ax.legend()
+legend_outside(ax, 8)
 ax.grid(alpha=0.3)
-ax.set_title("Shakespeare, CPU preset: 100 roles, 10 per round, K = 10 x 4 windows")
-fig.tight_layout()
-fig.savefig("docs/shakespeare_curves.png", dpi=100)
+ax.set_title(f"Shakespeare (LSTM, CPU preset): 100 roles, 10 per round, K = 10 x 4 windows, "
+             f"{rounds[-1]} rounds\nmean over seeds, band min-max", fontsize=9)
+fig.savefig("docs/shakespeare_curves.png", dpi=100, bbox_inches="tight")
