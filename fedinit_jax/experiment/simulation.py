@@ -16,11 +16,14 @@ client and is taken on evaluation rounds only), TensorBoard events under tb/, ch
 (orbax). One process at a time writes a workdir (a lock); a failed write ends the run with
 WriteError naming the file and the last good checkpoint.
 """
+import dataclasses
 import math
 import os
 import resource
 import signal
 import time
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -55,6 +58,23 @@ __all__ = ["run", "REQUEUE_EXIT", "NonFiniteError", "Stopped", "StopRequest", "W
 
 def _no_fault(point: str, rounds_done: int) -> None:
     del point, rounds_done
+
+
+@dataclasses.dataclass
+class _Run:
+    """One run's context once its workdir is held: what every step of the loop reads (the
+    Experiment, whose plan is the only source of settings), and what the set-up makes (the
+    client store, the checkpointer) and the loop writes to (the outputs)."""
+
+    exp: Any                  # experiment.Experiment
+    workdir: str
+    primary: bool             # process 0: writes the files
+    log: Callable
+    fault: Callable           # the reliability tests' fault points (run's docstring)
+    stop: StopRequest
+    clients: Any = None       # a ClientStore, or None when FedState holds the tables
+    checkpointer: Any = None  # Checkpointer
+    out: Any = None           # outputs.Outputs on process 0
 
 
 @jax.jit
@@ -106,7 +126,7 @@ def run(plan, workdir: str, *, log=print, progress=None, fault=None) -> list[dic
                                                        time.perf_counter() - started)
         try:
             distributed.check_shared_workdir(workdir)
-            rows = _run_locked(exp, config, workdir, primary, log, progress, fault, stop, done)
+            rows = _run_locked(_Run(exp, workdir, primary, log, fault, stop), progress, done)
             ending = "done"
             return rows
         except BaseException as err:
@@ -121,27 +141,27 @@ def run(plan, workdir: str, *, log=print, progress=None, fault=None) -> list[dic
                 lock.release()
 
 
-def _run_locked(exp, config, workdir, primary, log, progress, fault, stop, done):
+def _run_locked(run_: _Run, progress, done):
     """The run once its workdir is held: set up or resume, then the rounds."""
+    exp, workdir, log = run_.exp, run_.workdir, run_.log
     try:  # what the summary line reports should the set-up refuse the workdir
         written = read_metrics(workdir)
     except WorkdirError:
         written = []
     done.update(rows=written, start=len(written))
-    state, clients, checkpointer, start, rows = _set_up(exp, config, workdir, primary, log)
+    state, start, rows = _set_up(run_)
     done.update(rows=rows, start=start)
     if start >= exp.plan.schedule.rounds:
         log(f"nothing to run: {workdir!r} already holds all {start} rounds of this config "
             "(a larger --config.rounds extends it; a new --workdir starts another run)")
-    stop.last_checkpoint = checkpointer.latest_round()
-    out = None
+    checkpointer = run_.checkpointer
+    run_.stop.last_checkpoint = checkpointer.latest_round()
     failed_save = False
     try:
-        if primary:
-            out = outputs.Outputs(workdir, rows, start, exp.plan.schedule.rounds, log,
-                                  progress)
-        _rounds(exp, config, state, clients, checkpointer, start, rows, out, primary, log,
-                fault, stop)
+        if run_.primary:
+            run_.out = outputs.Outputs(workdir, rows, start, exp.plan.schedule.rounds, log,
+                                       progress)
+        _rounds(run_, state, start, rows)
     except distributed.PeerLost:
         failed_save = True  # orbax's threads may be waiting for the lost peer
         raise
@@ -158,17 +178,19 @@ def _run_locked(exp, config, workdir, primary, log, progress, fault, stop, done)
         failed_save = True
         raise lost from None
     finally:
-        if out is not None:
-            out.close()
+        if run_.out is not None:
+            run_.out.close()
         if not failed_save:  # after a failed save closing makes orbax's threads print
             checkpointer.close()
     return rows
 
 
-def _set_up(exp, config, workdir, primary, log):
-    """(state, client store or None, checkpointer, rounds done, metrics rows): the workdir
-    prepared, the state made (on the device, or the server's with a ClientStore) and resumed
-    from the newest good checkpoint, the store's rows as they were after that round."""
+def _set_up(run_: _Run):
+    """(state, rounds done, metrics rows): the workdir prepared, the state made (on the
+    device, or the server's with a ClientStore: run_.clients) and resumed from the newest
+    good checkpoint (run_.checkpointer), the store's rows as they were after that round."""
+    exp, workdir, primary, log = run_.exp, run_.workdir, run_.primary, run_.log
+    config = exp.plan.config
     if primary:
         prepare_workdir(workdir, config)
         outputs.write_run_info(exp, config, workdir, log)
@@ -198,28 +220,29 @@ def _set_up(exp, config, workdir, primary, log):
     except (WorkdirError, ValueError):
         checkpointer.close()
         raise
-    return state, clients, checkpointer, start, rows
+    run_.clients, run_.checkpointer = clients, checkpointer
+    return state, start, rows
 
 
-def _rounds(exp, config, state, clients, checkpointer, start, rows, out, primary, log, fault,
-            stop):
+def _rounds(run_: _Run, state, start, rows):
     """Rounds start+1..R (the plan's schedule): train, evaluate when due, write the row, stop
     on a runaway loss, checkpoint when due, stop at a signal (on any process)."""
+    exp, clients, checkpointer = run_.exp, run_.clients, run_.checkpointer
+    fault, stop = run_.fault, run_.stop
     schedule = exp.plan.schedule
     rounds = schedule.rounds
     root_key = jax.random.fold_in(jax.random.key(schedule.seed), 1)
     seen_steps = set()  # the masked-epoch round lengths K compiled so far
     for t in range(start, rounds):
         fault("round_start", t + 1)
-        state, row = _train_round(exp, state, clients, t, root_key,
-                                  checkpointer.latest_round(), log, seen_steps)
+        state, row = _train_round(run_, state, t, root_key, seen_steps)
         if (t + 1) % schedule.eval_every == 0 or t + 1 == rounds:
             row.update(_evaluate(exp, state, clients))
             fault("eval", t + 1)
             _refuse_non_finite(row, checkpointer.latest_round())
         rows.append(row)
-        if out is not None:
-            out.write(row)
+        if run_.out is not None:
+            run_.out.write(row)
             fault("metrics_written", t + 1)
         why = runaway(rows)
         if why:
@@ -229,16 +252,15 @@ def _rounds(exp, config, state, clients, checkpointer, start, rows, out, primary
                                  "metrics.jsonl are kept.")
         stopping_now = distributed.any_process(stop.signum is not None)
         if _checkpoint_due(schedule, t + 1, stopping_now):
-            _checkpoint(checkpointer, t + 1, state, config, clients, primary, fault, rows,
-                        exp.client_store)
+            _checkpoint(run_, t + 1, state, rows)
             stop.last_checkpoint = t + 1
             fault("checkpoint_saved", t + 1)
         if stopping_now and t + 1 < rounds:  # a signal on any process stops all of them
             raise Stopped(stop.signum or signal.SIGTERM, t + 1)  # (a finished run: done)
     if clients is not None and start < rounds:  # what a store cost this process's rounds
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-        log(f"client store: {clients.rows_held:,} of {exp.plan.sampling.num_clients:,} clients "
-            f"hold a row; peak RSS {peak:,.0f} MiB")
+        run_.log(f"client store: {clients.rows_held:,} of {exp.plan.sampling.num_clients:,} "
+                 f"clients hold a row; peak RSS {peak:,.0f} MiB")
 
 
 def _evaluate(exp, state, clients) -> dict:
@@ -253,21 +275,22 @@ def _evaluate(exp, state, clients) -> dict:
     return row
 
 
-def _checkpoint(checkpointer, rounds_done, state, config, clients, primary, fault, rows,
-                store):
+def _checkpoint(run_: _Run, rounds_done, state, rows):
     """The checkpoint after `rounds_done`: a client store's rows first (process 0 writes
     their delta and its manifest), then the server state with the manifest, then the store
     told that the checkpoint is committed, then the deltas no kept checkpoint names
     deleted (row_deltas.remove_unreferenced; a kill before or during it leaves files the
     next checkpoint deletes)."""
-    keeps_rows = clients is not None and primary  # process 0's record
+    clients, checkpointer, fault = run_.clients, run_.checkpointer, run_.fault
+    keeps_rows = clients is not None and run_.primary  # process 0's record
     manifest = None
     if keeps_rows:
         with workdir_lib.reporting(clients.folder):
             manifest = clients.checkpoint(rounds_done)
         fault("rows_saved", rounds_done)
     try:
-        outputs.save(checkpointer, rounds_done, state, config, manifest, rows, store)
+        outputs.save(checkpointer, rounds_done, state, run_.exp.plan.config, manifest, rows,
+                     run_.exp.client_store)
     except WriteError as err:
         err.during_save = True
         raise
@@ -319,8 +342,10 @@ def _sample(plan, t, log):
     return data.pad(ids, sampling.client_slots)
 
 
-def _train_round(exp, state, clients, t, root_key, last_checkpoint, log, seen_steps):
+def _train_round(run_: _Run, state, t, root_key, seen_steps):
     """Round t (0-based): its inputs from (seed, t), the jitted round, the divergence guard."""
+    exp, clients, log = run_.exp, run_.clients, run_.log
+    last_checkpoint = run_.checkpointer.latest_round()
     t0 = time.perf_counter()
     schedule = exp.plan.schedule
     ids, mask = _sample(exp.plan, t, log)
