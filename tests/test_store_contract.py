@@ -16,7 +16,7 @@ class DictStore(client_store.LazyStore):
     """Rows in a Python dict, one flat numpy row a client: the whole backend."""
 
     def __init__(self, algo, params, num_clients):
-        self._init_lazy(algo, params, num_clients)
+        super().__init__(algo, params, num_clients)
         self.rows = {}
 
     @classmethod
@@ -60,13 +60,16 @@ def test_the_contract(tmp_path, registered, name):
     params = params_from(np.array([0.3, -0.2, 0.1, 0.05]))
     store = client_store.open_store(name, algo, params, C, str(tmp_path / "rows"))
     assert isinstance(store, client_store.ClientStore) and store.num_clients == C
+    assert client_store.implements(store, client_store.ClientStore)
+    assert client_store.implements(store, client_store.SharedStore) == (name == "disk")
     dense = algo.init(params, C)
     every = np.arange(C)
     assert _equal(store.gather(every), (dense.client_params, dense.client_state,
                                         dense.client_visited))  # never written: initial rows
     state = client_store.server_state(algo, params)
     rng = np.random.default_rng(0)
-    checkpointed = isinstance(store, client_store.Checkpointed)
+    checkpointed = client_store.implements(store, client_store.Checkpointed)
+    assert checkpointed == isinstance(store, client_store.Checkpointed)
     if checkpointed:
         store.attach(str(tmp_path / "record"))
     for t in range(4):

@@ -28,63 +28,21 @@ move by the cohort's changes (their server states), and the paper's Delta^t =
 (1/C) sum_C ||w_i - w||^2 is `divergence_all`, streamed over the rows in chunks (the rows
 never sampled add (C - M) ||w^0 - w||^2 at once).
 """
-from typing import Protocol, runtime_checkable
-
 import jax
 import numpy as np
 
 from fedinit_jax.builder import as_arrays
 from fedinit_jax.checks import check_inputs
+from fedinit_jax.client_store.contract import Checkpointed, ClientStore, SharedStore, implements
 from fedinit_jax.client_store.device import DeviceStore
 from fedinit_jax.client_store.disk import DiskStore
 from fedinit_jax.client_store.host import HostStore
 from fedinit_jax.client_store.processes import run_round_processes
 from fedinit_jax.client_store.rows import LazyStore, initial_row
-from fedinit_jax.federated_round import Cohort
 from fedinit_jax.types import FederatedAlgorithm, FedState, RoundInput
 
-__all__ = ["ClientStore", "Checkpointed", "DeviceStore", "HostStore", "DiskStore",
+__all__ = ["ClientStore", "Checkpointed", "SharedStore", "implements", "DeviceStore", "HostStore", "DiskStore",
            "LazyStore", "STORES", "open_store", "server_state", "initial_row", "run_round"]
-
-
-@runtime_checkable
-class ClientStore(Protocol):
-    """Where a federation's per-client rows live (run_round gathers and scatters them)."""
-
-    num_clients: int
-
-    def gather(self, ids) -> Cohort:
-        """The rows of ids ([N] ints in [0, C)), each leaf [N, ...] (a client never written
-        reads as its initial row, client_visited False)."""
-
-    def scatter(self, ids, rows: Cohort) -> None:
-        """Write the rows of ids (distinct) from a Cohort of [N, ...] leaves."""
-
-    def divergence_all(self, w) -> float:
-        """The mean squared RI offset over all C clients given the global model w: the
-        paper's Delta^t = (1/C) sum_C ||w_i - w||^2 where the rows are last local models
-        (ri_offset="model"), else (1/C) sum_C ||e_i||^2 of the offsets the rule stores
-        (federated_round.offset_reference): what the binaries report."""
-
-    @property
-    def rows_held(self) -> int:
-        """The clients whose rows the store holds."""
-
-
-@runtime_checkable
-class Checkpointed(ClientStore, Protocol):
-    """A store whose rows outlive the process through incremental checkpoints (the binaries'
-    resume; fedinit_jax/row_deltas.py): HostStore, DiskStore."""
-
-    folder: str | None
-
-    def attach(self, folder: str) -> None: ...
-
-    def checkpoint(self, rounds_done: int) -> dict: ...
-
-    def committed(self, rounds_done: int) -> None: ...
-
-    def restore(self, rounds_done: int, manifest: dict | None = None) -> None: ...
 
 
 # name -> the store's class; each takes open(algo, params, num_clients, folder)
@@ -115,7 +73,7 @@ def run_round(algo: FederatedAlgorithm, state: FedState, client_rows, round_inpu
     needs a DiskStore on a folder every process reads: process 0 journals the round's ids
     before any row is written and marks them present, and the round ends when every
     process has written its rows."""
-    if not isinstance(state, FedState) or not isinstance(client_rows, ClientStore):
+    if not isinstance(state, FedState) or not implements(client_rows, ClientStore):
         raise ValueError(f"run_round(algo, state, client_rows, round_input, key): state must be "
                          f"a FedState (client_store.server_state), got {type(state).__name__}; "
                          f"client_rows a ClientStore, got {type(client_rows).__name__}")

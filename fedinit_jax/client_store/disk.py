@@ -46,7 +46,7 @@ class DiskStore(LazyStore):
             be read is created anew instead of refused.
         """
         self._ts = require("tensorstore", "client_store.DiskStore")
-        self._init_lazy(algo, params, num_clients)
+        super().__init__(algo, params, num_clients)
         self.path = path
         # bfloat16 rows are kept as float32 on disk: widening and rounding back is exact
         self.disk_dtype = np.float16 if self.layout.dtype == np.float16 else np.float32

@@ -17,7 +17,7 @@ class HostStore(LazyStore):
     whole at the start instead of growing with the clients ever sampled."""
 
     def __init__(self, algo: FederatedAlgorithm, params, num_clients: int):
-        self._init_lazy(algo, params, num_clients)
+        super().__init__(algo, params, num_clients)
         self.page_rows = min(self.layout.block_rows, self.num_clients)
         self.slot = {}  # client id -> its row's place (the clients ever sampled)
         self.pages = []  # [page_rows, width] arrays; row `at` is pages[at // P][at % P]

@@ -1,11 +1,12 @@
 """A round whose cohort's slots are split over several processes' devices: each process
-gathers and scatters the rows of its own slots from a DiskStore every process reads."""
+gathers and scatters the rows of its own slots from a SharedStore (a DiskStore) every
+process reads."""
 import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from fedinit_jax import execution
-from fedinit_jax.client_store.disk import DiskStore
+from fedinit_jax.client_store.contract import SharedStore, implements
 
 __all__ = ["run_round_processes"]
 
@@ -14,10 +15,11 @@ def run_round_processes(algo, state, client_rows, round_input, key, ids, real, r
     """run_round when the cohort's slots are split over several processes' devices."""
     from jax.experimental import multihost_utils
 
-    if not isinstance(client_rows, DiskStore):
-        raise ValueError(f"a multi-process run keeps its clients in a DiskStore on a folder "
-                         f"every process reads, not a {type(client_rows).__name__}: a "
-                         "client's row must be readable by whichever process is dealt it")
+    if not implements(client_rows, SharedStore):
+        raise ValueError(f"a multi-process run keeps its clients in a SharedStore (DiskStore) "
+                         f"on a folder every process reads, not a "
+                         f"{type(client_rows).__name__}: a client's row must be readable by "
+                         "whichever process is dealt it")
     sharding = NamedSharding(execution.client_mesh(algo.runtime.num_devices),
                              PartitionSpec("clients"))
     n = ids.size

@@ -1,7 +1,9 @@
 """What the lazy stores share (HostStore, DiskStore): a row as one flat vector, rows
 created when first written, reads of the others as the initial row, Delta^t streamed, and
-the incremental checkpoints of fedinit_jax/row_deltas.py. A lazy backend implements four
-methods: _read_flat(ids), _write_flat(ids, flat), _held_ids(), _rebuild(delta names)."""
+the incremental checkpoints of fedinit_jax/row_deltas.py. A lazy backend subclasses LazyStore
+(calling its __init__) and implements its four abstract methods: _read_flat(ids),
+_write_flat(ids, flat), _held_ids(), _rebuild(delta names)."""
+import abc
 import math
 import os
 
@@ -82,7 +84,7 @@ def check_ids(ids, num_clients, unique=False):
     return ids.astype(np.int64)
 
 
-class LazyStore:
+class LazyStore(abc.ABC):
     """What HostStore and DiskStore share: rows created when first written, reads of the
     others as the initial row, Delta^t streamed, and incremental checkpoints.
 
@@ -95,7 +97,8 @@ class LazyStore:
     the deltas are verified against the manifest, the working copy rebuilt or repaired
     from their fold, and the deltas after t removed."""
 
-    def _init_lazy(self, algo, params, num_clients):
+    def __init__(self, algo, params, num_clients: int):
+        """A backend's __init__ calls this first (algo, params: the initial row; C)."""
         if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
             raise ValueError(f"num_clients={num_clients!r} must be a positive int")
         self.num_clients = int(num_clients)
@@ -105,6 +108,24 @@ class LazyStore:
         self._written = set()  # ids written since the last checkpoint (once attached)
         self._recorded = set()  # ids some delta holds (once attached)
         self._entries = []  # the manifest entries of the deltas so far
+
+    @abc.abstractmethod
+    def _read_flat(self, ids):
+        """(rows [len(ids), width] in the layout's dtype, present [len(ids)] bool) of ids,
+        a client without a row read as layout.initial."""
+
+    @abc.abstractmethod
+    def _write_flat(self, ids, flat) -> None:
+        """Write the flat rows of ids (distinct), creating the rows not held yet."""
+
+    @abc.abstractmethod
+    def _held_ids(self):
+        """The ids that hold a row, sorted ([M] int64)."""
+
+    @abc.abstractmethod
+    def _rebuild(self, names) -> int:
+        """Replace every row by the fold of the deltas `names` (self._folded(names)),
+        returning the rows held."""
 
     def gather(self, ids) -> Cohort:
         flat, present = self._read_flat(check_ids(ids, self.num_clients))

@@ -202,9 +202,10 @@ def _set_up(run_: _Run):
     else:
         state = client_store.server_state(exp.algorithm, exp.init_params)
         clients = _open_store(exp, workdir, primary)
-        log(f"per-client state: rows created when a client is first sampled, in "
-            f"{getattr(clients, 'path', 'host memory')}; the cohort "
-            "round compiles in the first round")
+        where = clients.path if client_store.implements(clients, client_store.SharedStore) else (
+            "host memory")
+        log(f"per-client state: rows created when a client is first sampled, in {where}; the "
+            "cohort round compiles in the first round")
     checkpointer = Checkpointer(workdir, keep=exp.plan.schedule.keep_checkpoints, log=log)
     try:
         start, state, rows, manifest = resume(
@@ -364,7 +365,7 @@ def _train_round(run_: _Run, state, t, root_key, seen_steps):
         check_round_input(exp.algorithm, state, round_input)
         new_state, metrics = exp.algorithm.apply(state, round_input, key)
     else:  # the sampled clients' rows gathered, the round, the new rows scattered
-        with workdir_lib.reporting(getattr(clients, "path", clients.folder)):
+        with workdir_lib.reporting(_rows_path(clients)):
             new_state, metrics = client_store.run_round(exp.algorithm, state, clients,
                                                         round_input, key)
     metrics = {k: float(v) for k, v in metrics.items()}
@@ -411,6 +412,12 @@ def _open_store(exp, workdir, primary):
     clients = _attached(open_store(), folder) if primary else None  # first: created once
     distributed.barrier("the client store is created")  # every process, process 0 after it
     return clients or open_store()
+
+
+def _rows_path(clients) -> str:
+    """Where a store's rows are written (a write error names it): a SharedStore's files, else
+    the folder of its record."""
+    return clients.path if client_store.implements(clients, client_store.SharedStore) else clients.folder
 
 
 def _attached(clients, folder):
