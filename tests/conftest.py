@@ -66,18 +66,31 @@ def with_ri(name, beta=0.1) -> dict:
 
 
 def ri_options(name, beta, delta_from) -> dict:
-    """The builder options of `name` with RI `beta` and `delta_from`, or pytest.skip where the
-    combination is refused: the FedDyn family takes no delta_from (its server replaces w:
-    `start` is the same run as `global`), and a stateful server (FedAdam) refuses RI with
-    `global` (test_algorithms.py::test_stateful_server_optimizer_...)."""
-    takes = "delta_from" in algorithms_registry()[name].options
-    if not takes:
-        if delta_from == "start":
-            pytest.skip(f"{name}'s server replaces w: delta_from is not its option")
+    """The builder options of `name` with RI `beta` and `delta_from` (a combination ri_cases
+    yields): the FedDyn family takes no delta_from (its server replaces w)."""
+    if "delta_from" not in algorithms_registry()[name].options:
         return {"beta": beta}
-    if name in STATEFUL_SERVERS and beta and delta_from == "global":
-        pytest.skip(f"{name} + RI refuses delta_from='global'")
     return {"beta": beta, "delta_from": delta_from}
+
+
+def ri_cases(cases, betas=(0.0, 0.1), delta_froms=("global", "start")) -> list:
+    """pytest params (name, hparams, ref_kwargs, beta, delta_from) of `cases` crossed with
+    the betas and delta_froms, the combinations that are refused or repeat another left out
+    rather than skipped: `start` for the FedDyn family (its server replaces w: the same run
+    as `global`), RI with `global` for a stateful server (test_algorithms.py::
+    test_stateful_server_optimizer_...)."""
+    out = []
+    for name, hparams, ref_kwargs in cases:
+        takes = "delta_from" in algorithms_registry()[name].options
+        for beta in betas:
+            for delta_from in delta_froms:
+                if (not takes and delta_from == "start") or (
+                        name in STATEFUL_SERVERS and beta and delta_from == "global"):
+                    continue
+                out.append(pytest.param(name, hparams, ref_kwargs, beta, delta_from,
+                                        id=f"{name}-rho{hparams.get('rho', '')}-{beta}-"
+                                           f"{delta_from}"))
+    return out
 
 
 def algorithms_registry():

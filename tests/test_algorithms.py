@@ -12,6 +12,7 @@ from conftest import (
     flat,
     linreg_loss,
     params_from,
+    ri_cases,
     ri_options,
     run,
 )
@@ -21,10 +22,7 @@ from fedinit_jax import Cohort, RoundInput, algorithms, client_store
 from fedinit_jax.algorithms.options import shares_fedavg_options
 
 
-@pytest.mark.parametrize("delta_from", ["global", "start"])
-@pytest.mark.parametrize("beta", [0.0, 0.1])
-@pytest.mark.parametrize("name, hparams, ref_kwargs", CASES,
-                         ids=[f"{c[0]}-rho{c[1].get('rho', '')}" for c in CASES])
+@pytest.mark.parametrize("name, hparams, ref_kwargs, beta, delta_from", ri_cases(CASES))
 def test_matches_numpy_reference(linreg_rounds, theta0, name, hparams, ref_kwargs, beta,
                                  delta_from):
     algo = algorithms.get(name, linreg_loss, clip_norm=1.0, weight_decay=1e-3, **hparams,

@@ -15,6 +15,7 @@ from conftest import (
     flat,
     linreg_loss,
     params_from,
+    ri_cases,
     ri_options,
 )
 from numpy_reference import simulate
@@ -66,14 +67,15 @@ VARYING = [c for c in CASES if c[1].get("rho", 1.0) > 0] + [("fedavg", {}, {})]
 
 
 @pytest.mark.parametrize("execution", ["vmap", "sequential"])
-@pytest.mark.parametrize("delta_from", ["global", "start"])
-@pytest.mark.parametrize("name, hparams, ref_kwargs", VARYING, ids=[c[0] for c in VARYING])
+@pytest.mark.parametrize("name, hparams, ref_kwargs, beta, delta_from",
+                         ri_cases(VARYING, betas=(0.1,)))
 def test_varying_participation_matches_reference(varying_rounds, theta0, name, hparams,
-                                                 ref_kwargs, delta_from, execution):
-    algo = with_runtime(algorithms.get(name, linreg_loss, clip_norm=1.0, weight_decay=1e-3, **hparams,
-                          **ri_options(name, 0.1, delta_from)), execution=execution)
+                                                 ref_kwargs, beta, delta_from, execution):
+    algo = with_runtime(algorithms.get(name, linreg_loss, clip_norm=1.0, weight_decay=1e-3,
+                                       **hparams, **ri_options(name, beta, delta_from)),
+                        execution=execution)
     state, history = run_inputs(algo, theta0, padded(varying_rounds))
-    ref = simulate(name, theta0, NUM_CLIENTS, varying_rounds, beta=0.1, delta_from=delta_from,
+    ref = simulate(name, theta0, NUM_CLIENTS, varying_rounds, beta=beta, delta_from=delta_from,
                    clip=1.0, wd=1e-3, **ref_kwargs)
     assert ref["clipped_steps"] > 0
     assert_matches(state, history, ref)
