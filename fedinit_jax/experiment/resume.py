@@ -178,7 +178,8 @@ def _verified(checkpointer, step, like, written, workdir, rows_folder):
         path = os.path.join(workdir, workdir_lib.METRICS)
         raise record_lib.Damaged(
             f"{path} line {bad} " + ("is missing" if bad > len(written) else
-                                     "differs from the row the run wrote, by the record of"))
+                                     "differs from the row the run wrote, by this "
+                                     "checkpoint's record"))
     state = checkpointer.load(step, like, record)
     manifest = metadata.get("client_rows")
     if rows_folder is not None:
