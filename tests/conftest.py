@@ -56,7 +56,7 @@ def linreg_loss(params, batch, key):
     return jnp.mean((x @ params["w"] + params["b"] - y) ** 2)
 
 
-STATEFUL_SERVERS = ("fedadam", "fedyogi")  # server optimizers with state: RI needs `start`
+STATEFUL_SERVERS = ("fedadam", "fedyogi", "fedavgm")  # server optimizers with state: RI needs `start`
 
 
 def with_ri(name, beta=0.1) -> dict:
@@ -167,6 +167,7 @@ def assert_matches(state, history, ref):
 CASES = [
     ("fedadam", {"server_lr": 0.1}, {"server_lr": 0.1}),
     ("fedyogi", {"server_lr": 0.1}, {"server_lr": 0.1}),
+    ("fedavgm", {"server_lr": 0.5, "momentum": 0.7}, {"server_lr": 0.5, "momentum": 0.7}),
     ("fedsam", {"rho": 0.5}, {"rho": 0.5}),
     ("scaffold", {}, {}),
     ("feddyn", {"lam": 1.0}, {"lam": 1.0}),

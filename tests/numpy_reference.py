@@ -23,12 +23,14 @@ def mse_loss(theta, x, y):
 
 def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global", clip=None,
              wd=None, server_lr=1.0, rho=0.0, lam=0.1, alpha=0.1, mu=0.0,
-             b1=0.9, b2=0.99, eps=0.01, client_momentum=None, ri_offset="model"):
+             b1=0.9, b2=0.99, eps=0.01, momentum=0.9, client_momentum=None,
+             ri_offset="model"):
     """rounds: list of (ids, xs [N, K, B, d], ys [N, K, B], lr). Returns a dict of final state.
 
     The SAM family composes: fedspeed = SAM + FedDyn, fedgamma = SAM + SCAFFOLD,
     mofedsam = SAM + FedCM, fedsmoo = dynamic SAM (mu_i, s) + FedDyn; fedadam and fedyogi
-    are FedAvg with Reddi et al.'s Adam / Yogi server step (m, v; no bias correction).
+    are FedAvg with Reddi et al.'s Adam / Yogi server step (m, v; no bias correction),
+    fedavgm with Hsu et al.'s server momentum (m <- momentum m - dbar, w <- w - eta_g m).
     client_momentum: heavy-ball momentum in every client's local steps, u = m u + g,
     x -= lr u, u = 0 at the start of each client's round.
     ri_offset: the RI offset o_i of w_i0 = w + beta o_i: "model" o_i = w - w_i (Algorithm 1);
@@ -114,7 +116,10 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
         w_old = w.copy()
         mean_delta = np.mean(deltas, axis=0)
         mean_progress = np.mean(progresses, axis=0)
-        if alg in ("fedadam", "fedyogi"):
+        if alg == "fedavgm":  # Hsu et al.: heavy-ball server momentum on -mean_S(delta)
+            m = momentum * m - mean_delta
+            w = w - server_lr * m
+        elif alg in ("fedadam", "fedyogi"):
             m = b1 * m + (1 - b1) * mean_delta
             if alg == "fedadam":
                 v = b2 * v + (1 - b2) * mean_delta ** 2

@@ -138,7 +138,7 @@ def run_case(case, runtime):
     from fedinit_jax import algorithms, with_runtime
 
     # FedAdam + RI: the authors' aggregation (its server optimizer refuses `global`)
-    start = {"delta_from": "start"} if case["algorithm"] in ("fedadam", "fedyogi") else {}
+    start = {"delta_from": "start"} if case["algorithm"] in ("fedadam", "fedyogi", "fedavgm") else {}
     algo = with_runtime(algorithms.get(case["algorithm"], _loss, beta=0.1, **start), **runtime)
     state = algo.init({"w": jnp.asarray([0.3, -0.2, 0.1]), "b": jnp.asarray(0.05)}, NUM_CLIENTS)
     history = []

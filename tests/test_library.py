@@ -78,8 +78,8 @@ def test_help_shows_every_option_with_its_default(name):
     assert params["weight_decay"].default == 1e-3 and params["clip_norm"].default == 10.0
     assert params["beta"].default == (0.1 if name == "fedinit" else 0.0)
     assert params["client_optimizer"].default is None
-    assert ("server_optimizer" in params) == (name not in ("fedadam", "fedyogi", "feddyn",
-                                                           "fedspeed", "fedsmoo"))
+    assert ("server_optimizer" in params) == (name not in ("fedadam", "fedyogi", "fedavgm",
+                                                           "feddyn", "fedspeed", "fedsmoo"))
     assert algorithms.hyperparameters(name) == algorithms.hyperparameters(builder)
     assert "beta" in algorithms.hyperparameters(name)
 

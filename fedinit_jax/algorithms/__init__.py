@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from fedinit_jax.algorithms import fedadam as _fedadam
+from fedinit_jax.algorithms import fedavgm as _fedavgm
 from fedinit_jax.algorithms import fedcm as _fedcm
 from fedinit_jax.algorithms import feddyn as _feddyn
 from fedinit_jax.algorithms import fedgamma as _fedgamma
@@ -26,6 +27,7 @@ from fedinit_jax.algorithms import mofedsam as _mofedsam
 from fedinit_jax.algorithms import scaffold as _scaffold
 from fedinit_jax.algorithms.fedadam import fedadam
 from fedinit_jax.algorithms.fedavg import fedavg, fedinit
+from fedinit_jax.algorithms.fedavgm import fedavgm
 from fedinit_jax.algorithms.fedcm import fedcm
 from fedinit_jax.algorithms.feddyn import feddyn
 from fedinit_jax.algorithms.fedgamma import fedgamma
@@ -86,6 +88,7 @@ REGISTRY = {
     "fedavg": Entry(fedavg, "FedAvg", 0.998, "McMahan et al. 2017"),
     "fedadam": Entry(fedadam, "FedAdam", 0.998, "Reddi et al. 2021", _fedadam.COSTS),
     "fedyogi": Entry(fedyogi, "FedYogi", 0.998, "Reddi et al. 2021", _fedyogi.COSTS),
+    "fedavgm": Entry(fedavgm, "FedAvgM", 0.998, "Hsu et al. 2019", _fedavgm.COSTS),
     "fedsam": Entry(fedsam, "FedSAM", 0.998, "Qu et al. 2022", _fedsam.COSTS),
     "scaffold": Entry(scaffold, "SCAFFOLD", 0.998, "Karimireddy et al. 2020", _scaffold.COSTS),
     "feddyn": Entry(feddyn, "FedDyn", 0.9995, "Acar et al. 2021", _feddyn.COSTS),
@@ -123,4 +126,5 @@ def get(name: str, loss_fn, **options):
 
 __all__ = ["REGISTRY", "Entry", "get", "get_entry", "hparam_names", "hyperparameters",
            "SHARED_OPTIONS", "fedavg", "fedinit", "fedadam", "fedsam", "scaffold", "feddyn",
-           "fedcm", "fedprox", "fedspeed", "fedsmoo", "fedgamma", "mofedsam", "fedyogi"]
+           "fedcm", "fedprox", "fedspeed", "fedsmoo", "fedgamma", "mofedsam", "fedyogi",
+           "fedavgm"]
