@@ -31,6 +31,7 @@ def test_cnn_forward_and_flops():
     assert 2 * macs <= flops <= 2 * macs * 1.1
 
 
+@pytest.mark.slow  # ~6 s: a computation dtype the binaries never set by default
 def test_cnn_in_bfloat16_keeps_float32_parameters_and_logits():
     """dtype=bfloat16 computes in bfloat16 (flax's mixed precision): float32 parameters and
     logits, within bfloat16 rounding of the float32 model's; the default keeps the inputs'
