@@ -48,8 +48,7 @@ class Checkpointer:
     """
 
     def __init__(self, workdir: str, keep: int = 2, log=print):
-        self._directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
-        self.directory = self._directory
+        self.directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
         self._keep = keep
         self._log = log
         self._manager = self._open()
@@ -59,7 +58,7 @@ class Checkpointer:
         options = ocp.CheckpointManagerOptions(max_to_keep=self._keep, create=True,
                                                enable_async_checkpointing=False,
                                                cleanup_tmp_directories=True)
-        return ocp.CheckpointManager(self._directory, options=options)
+        return ocp.CheckpointManager(self.directory, options=options)
 
     def latest_round(self):
         """Rounds completed by the newest checkpoint, or None."""
@@ -88,7 +87,7 @@ class Checkpointer:
     def metadata(self, rounds_done: int) -> dict:
         """The verified step metadata of the checkpoint after `rounds_done` (its "record",
         "config" and "client_rows"), or record.Damaged naming the file."""
-        return read_metadata(self._directory, rounds_done)
+        return read_metadata(self.directory, rounds_done)
 
     def client_rows(self, rounds_done: int):
         """The client store's manifest saved with the checkpoint after `rounds_done`, or None
@@ -111,7 +110,7 @@ class Checkpointer:
         record.Damaged when it cannot be read, its digest differs from `record["state"]`
         (a flipped bit) or it holds non-finite values; WorkdirError (nothing moved) when it
         is whole but of another state layout."""
-        path = os.path.join(self._directory, str(rounds_done))
+        path = os.path.join(self.directory, str(rounds_done))
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _on_disk(like))
         try:
             restored = self._manager.restore(rounds_done,
@@ -137,11 +136,11 @@ class Checkpointer:
 
     def set_aside(self, step: int, why: str) -> None:
         """Move the checkpoint after round `step` to checkpoints/corrupt-<step>, saying why."""
-        aside = os.path.join(self._directory, f"corrupt-{step}")
+        aside = os.path.join(self.directory, f"corrupt-{step}")
         self._log(f"checkpoint after round {step} is not usable ({why}); moved to {aside}")
         self._manager.close()
         shutil.rmtree(aside, ignore_errors=True)
-        os.replace(os.path.join(self._directory, str(step)), aside)
+        os.replace(os.path.join(self.directory, str(step)), aside)
         self._manager = self._open()
 
     def close(self):
