@@ -79,9 +79,8 @@ def setting_title(runs) -> str:
         return text(values.pop()) if len(values) == 1 else None
 
     configs = [r.config for r in runs]
-    parts = [common((R.setting(c).split(" ")[0] for c in configs), str),
-             common((R.setting(c).split(" ")[1] for c in configs), str),
-             common((R.setting(c).split(" ")[2] for c in configs), str),
+    named = [R.setting(c).split(" ")[:3] for c in configs]  # dataset, model, split
+    parts = [*(common((n[i] for n in named), str) for i in range(3)),
              common((c["num_clients"] for c in configs), lambda n: f"{n:,} clients"),
              common((c["participation"] for c in configs), lambda p: f"{p * 100:g}% per round"),
              common((c["local_epochs"] for c in configs), lambda e: f"E={e}"),
@@ -179,9 +178,8 @@ def figures(runs, out, window, last):
         log_axis(axes[1])
         log_axis(axes[2])
         legend_outside(axes[2])
-        rule = f" [{', '.join(options)}]" if options else ""
-        fig.suptitle(f"{_ri_family(rs[-1].config)}{rule}; {setting_title(rs)}\nnot smoothed, "
-                     "mean over seeds", fontsize=10)
+        fig.suptitle(f"{_ri_family(rs[-1].config)}{R.bracketed(options)}; "
+                     f"{setting_title(rs)}\nnot smoothed, mean over seeds", fontsize=10)
         name = f"{base}_{s}{'_' + '_'.join(options) if options else ''}"
         fname = "fig2_" + name.replace(" ", "_").replace("%", "pct").replace("=", "-") + ".png"
         fig.savefig(os.path.join(out, fname), dpi=110, bbox_inches="tight")
@@ -276,8 +274,7 @@ def _rule_tag(config):
     """' [options]' of a run with RI that departs from Algorithm 1 (results.rule_options)."""
     from experiments import results as R
 
-    options = R.rule_options(config) if R.beta_of(config) != 0 else []
-    return f" [{', '.join(options)}]" if options else ""
+    return R.bracketed(R.rule_options(config) if R.beta_of(config) != 0 else [])
 
 
 def aligned_curves(runs, field):

@@ -143,8 +143,8 @@ def time_tables(runs, window, target):
     table7 = R.markdown(["setting", "method", "train s/round", "eval s", "train vs FedAvg"], rows7)
     table8 = R.markdown(["setting", "method", "target %", "rounds", "train s",
                          "speed-up (rounds / time)"], rows8)
-    machines = "Timings: " + "; ".join(notes) + "."
-    return f"{table7}\n\n{machines}", f"{table8}\n\n{machines}"
+    timings = "Timings: " + "; ".join(notes) + "."
+    return f"{table7}\n\n{timings}", f"{table8}\n\n{timings}"
 
 
 def cost_table(runs):

@@ -153,6 +153,11 @@ def rule_options(config) -> list[str]:
     return parts
 
 
+def bracketed(options) -> str:
+    """' [a, b]' of a method's options (rule_options), '' for none."""
+    return f" [{', '.join(options)}]" if options else ""
+
+
 def method(config) -> str:
     """Display name: the algorithm, +RI with its beta, and every option that changes the
     method (rule_options), e.g. FedAvg, FedInit, SCAFFOLD+RI [ri_offset=momentum],
@@ -163,8 +168,7 @@ def method(config) -> str:
     else:
         name = base_name(config) + ("" if beta == 0 else
                                     "+RI" if beta == 0.1 else f"+RI(beta={beta:g})")
-    options = rule_options(config)
-    name += f" [{', '.join(options)}]" if options else ""
+    name += bracketed(rule_options(config))
     return name + (f" ({config['_variant']})" if config.get("_variant") else "")
 
 

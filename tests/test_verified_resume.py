@@ -151,12 +151,14 @@ def test_a_diverging_evaluation_writes_no_checkpoint(tmp_path):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "bool", "uint8", "int32"])
-def test_the_state_digest_is_the_same_on_the_devices_and_in_numpy(dtype):
-    """The checksums of a leaf held whole (numpy) equal those of a sharded one (jitted), and
-    one flipped bit or two swapped values change the digest."""
+def test_the_state_digest_is_the_same_on_the_devices_and_in_numpy(dtype, monkeypatch):
+    """The checksums of a leaf held whole (numpy, block by block) equal those of a sharded
+    one (jitted, whole), and one flipped bit or two swapped values change the digest."""
     x = (jnp.arange(37) % 2 == 0) if dtype == "bool" else jnp.arange(37).astype(dtype)
-    np.testing.assert_array_equal(record._checksums(x),
-                                  np.asarray(record._sharded_checksums(x)))
+    whole = np.asarray(record._sharded_checksums(x))
+    np.testing.assert_array_equal(record._checksums(x), whole)
+    monkeypatch.setattr(record, "_BLOCK", 5)  # blocks that end mid-array
+    np.testing.assert_array_equal(record._checksums(x), whole)
     digest = record.state_digest({"x": x})
     flipped = np.asarray(x).copy()
     flipped.view(np.uint8)[5] ^= 1

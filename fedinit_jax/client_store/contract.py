@@ -1,6 +1,7 @@
 """The contract of a client store, as the round, the binaries and a multi-process run use
 it: ClientStore (every store), Checkpointed (its rows outlive the process through incremental
 checkpoints) and SharedStore (every process of a multi-process run reads and writes it)."""
+import functools
 import inspect
 from typing import Protocol, runtime_checkable
 
@@ -71,19 +72,20 @@ class SharedStore(Checkpointed, Protocol):
         """Mark ids as holding a row (process 0, once every process has written)."""
 
 
-_MEMBERS = {ClientStore: ("num_clients", "open", "gather", "scatter", "divergence_all",
-                          "rows_held")}
-_MEMBERS[Checkpointed] = (*_MEMBERS[ClientStore], "folder", "attach", "checkpoint",
-                          "committed", "restore")
-_MEMBERS[SharedStore] = (*_MEMBERS[Checkpointed], "path", "journal", "write_rows",
-                         "mark_present")
+@functools.cache
+def _members(protocol) -> frozenset:
+    """The names a Protocol declares, its bases' included (methods, properties, fields)."""
+    return frozenset(name for cls in protocol.__mro__ if getattr(cls, "_is_protocol", False)
+                     and cls is not Protocol
+                     for name in (*vars(cls), *getattr(cls, "__annotations__", {}))
+                     if not name.startswith("_"))
 
 
 def implements(store, protocol) -> bool:
     """Whether `store` has every member of `protocol` (ClientStore, Checkpointed or
     SharedStore), looked up without running them (isinstance on a runtime Protocol reads
     its properties, e.g. rows_held, which reads a store's files)."""
-    return all(_has(store, name) for name in _MEMBERS[protocol])
+    return all(_has(store, name) for name in _members(protocol))
 
 
 def _has(store, name) -> bool:

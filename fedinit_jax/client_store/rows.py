@@ -106,6 +106,7 @@ class LazyStore(abc.ABC):
         self.spec = algo.spec
         self.folder = None
         self._written = set()  # ids written since the last checkpoint (once attached)
+        self._wrote_unattached = False  # rows written before attach: the first delta reads them
         self._recorded = set()  # ids some delta holds (once attached)
         self._entries = []  # the manifest entries of the deltas so far
 
@@ -139,8 +140,13 @@ class LazyStore(abc.ABC):
         self._write_flat(ids, self.layout.flatten(rows))
 
     def journal(self, ids) -> None:
-        """Name ids as written in this round (the next checkpoint's delta holds their rows)."""
-        self._written.update(np.asarray(ids, np.int64).tolist())
+        """Name ids as written in this round (the next checkpoint's delta holds their rows);
+        before the store is attached only that rows were written is noted (attach reads
+        which: no set of ids grows with the clients of a store never checkpointed)."""
+        if self.folder is None:
+            self._wrote_unattached = True
+        else:
+            self._written.update(np.asarray(ids, np.int64).tolist())
 
     def divergence_all(self, w) -> float:
         """The mean squared RI offset given the global model w (ClientStore.divergence_all):
@@ -167,6 +173,9 @@ class LazyStore(abc.ABC):
     def attach(self, folder: str) -> None:
         """Keep the store's record (deltas) in folder: checkpoint / restore. Rows written
         before the store was attached go into its first checkpoint (journal)."""
+        if self._wrote_unattached:
+            self._written.update(self._held_ids().tolist())
+            self._wrote_unattached = False
         os.makedirs(folder, exist_ok=True)
         row_deltas.remove_temporaries(folder)
         legacy = os.path.join(folder, "journal")  # the id journal of earlier versions

@@ -20,7 +20,8 @@ import orbax.checkpoint as ocp
 from fedinit_jax.experiment import record as record_lib
 from fedinit_jax.experiment.workdir import WorkdirError
 
-__all__ = ["Checkpointer", "checkpoint_rounds", "read_metadata", "saved_config", "trimmed"]
+__all__ = ["Checkpointer", "checkpoint_rounds", "read_metadata", "newest_metadata",
+           "saved_config", "trimmed"]
 
 # fields of an evaluation round only (besides test_*): resume.resume trims them from a row
 EVALUATION_ONLY = ("eval_seconds", "divergence_all")
@@ -115,7 +116,7 @@ class Checkpointer:
         try:
             restored = self._manager.restore(rounds_done,
                                              args=ocp.args.StandardRestore(abstract))
-            restored = jax.tree.map(lambda x: jnp.asarray(np.asarray(x)), restored)
+            restored = jax.tree.map(np.asarray, restored)  # on the host: checked there once
         except Exception as err:  # orbax/tensorstore raise many kinds on damaged files
             if "tree structures do not match" in str(err):  # whole, but another layout
                 raise WorkdirError(
@@ -129,10 +130,10 @@ class Checkpointer:
         if record_lib.state_digest(restored) != record["state"]:
             raise record_lib.Damaged(f"{path}: its state differs from the one written (the "
                                      "digest its record holds does not match)")
-        if not all(bool(np.all(np.isfinite(np.asarray(x))))
-                   for x in jax.tree.leaves(restored) if np.issubdtype(x.dtype, np.floating)):
+        if not all(bool(np.all(np.isfinite(x))) for x in jax.tree.leaves(restored)
+                   if np.issubdtype(x.dtype, np.floating)):
             raise record_lib.Damaged(f"{path} holds non-finite values")
-        return like._replace(**restored)
+        return like._replace(**jax.tree.map(jnp.asarray, restored))
 
     def set_aside(self, step: int, why: str) -> None:
         """Move the checkpoint after round `step` to checkpoints/corrupt-<step>, saying why."""
@@ -177,14 +178,19 @@ def read_metadata(directory: str, rounds_done: int) -> dict:
     return metadata
 
 
-def saved_config(workdir: str):
-    """The config recorded by the newest checkpoint of workdir's checkpoints/ whose metadata
-    is whole (a dict), or None when there is none (a damaged newest one is passed over:
+def newest_metadata(workdir: str) -> dict:
+    """The verified step metadata of the newest checkpoint of workdir's checkpoints/ whose
+    metadata is whole, or {} when there is none (a damaged newest one is passed over:
     resume falls back past it)."""
     directory = os.path.join(workdir, "checkpoints")
     for step in sorted(checkpoint_rounds(workdir), reverse=True):
         try:
-            return read_metadata(directory, step).get("config")
+            return read_metadata(directory, step)
         except record_lib.Damaged:
             continue
-    return None
+    return {}
+
+
+def saved_config(workdir: str):
+    """The config recorded by the newest whole checkpoint (a dict), or None."""
+    return newest_metadata(workdir).get("config")

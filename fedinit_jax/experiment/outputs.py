@@ -80,7 +80,8 @@ def write_run_info(exp, config, workdir, log):
     except WorkdirError as err:  # what it said of the store is in the checkpoints' records
         log(f"warning: {err}: it is written anew (its record of device counts is lost)"
             .replace("; restore it or use a new workdir", ""))
-        before = {"client_store": recorded_store(workdir)} if recorded_store(workdir) else {}
+        store = recorded_store(workdir)
+        before = {"client_store": store} if store else {}
     devices = exp.algorithm.runtime.num_devices
     history = before.get("num_devices_history", [])
     if "num_devices" in before and before["num_devices"] != devices:  # sharding: the last bits

@@ -202,10 +202,4 @@ def recorded_store(workdir):
             return workdir_lib.read_json(path).get("client_store")
         except WorkdirError:
             pass  # the checkpoints' records say it too
-    directory = os.path.join(workdir, "checkpoints")
-    for step in sorted(checkpoint_lib.checkpoint_rounds(workdir), reverse=True):
-        try:
-            return checkpoint_lib.read_metadata(directory, step)["record"]["client_store"]
-        except record_lib.Damaged:
-            continue
-    return None
+    return checkpoint_lib.newest_metadata(workdir).get("record", {}).get("client_store")

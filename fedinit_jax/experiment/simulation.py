@@ -247,10 +247,7 @@ def _rounds(run_: _Run, state, start, rows):
             fault("metrics_written", t + 1)
         why = runaway(rows)
         if why:
-            last = checkpointer.latest_round()
-            raise NonFiniteError(f"{why}. The last checkpoint ("
-                                 f"{'round ' + str(last) if last else 'none'}) and "
-                                 "metrics.jsonl are kept.")
+            raise NonFiniteError(f"{why}. {_kept(checkpointer.latest_round())}")
         stopping_now = distributed.any_process(stop.signum is not None)
         if _checkpoint_due(schedule, t + 1, stopping_now):
             _checkpoint(run_, t + 1, state, rows)
@@ -309,9 +306,14 @@ def _refuse_non_finite(row, last_checkpoint) -> None:
     bad = sorted(k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v))
     if bad:
         values = ", ".join(f"{k}={row[k]}" for k in bad)
-        last = f"round {last_checkpoint}" if last_checkpoint else "none"
         raise NonFiniteError(f"round {row['round']}: non-finite {values}; the run diverged. "
-                             f"The last checkpoint ({last}) and metrics.jsonl are kept.")
+                             f"{_kept(last_checkpoint)}")
+
+
+def _kept(last_checkpoint) -> str:
+    """What a diverged run leaves: its last checkpoint's round and the metrics."""
+    last = f"round {last_checkpoint}" if last_checkpoint else "none"
+    return f"The last checkpoint ({last}) and metrics.jsonl are kept."
 
 
 def _checkpoint_due(schedule, rounds_done, stopping) -> bool:
