@@ -10,7 +10,7 @@ import pytest
 import runtime_matrix
 from conftest import ROOT, xla_flags
 
-SHARDS = 4  # subprocesses, so that pytest-xdist spreads the cases over the cores
+SHARDS = 8  # subprocesses, so that pytest-xdist spreads the cases over the cores
 
 
 def test_cases_cover_every_pair_and_every_algorithm_on_two_device_counts_per_mode():
@@ -52,8 +52,8 @@ def _run(*args, devices):
 @pytest.mark.parametrize("shard", [0, *(pytest.param(k, marks=pytest.mark.slow)
                                        for k in range(1, SHARDS))])
 def test_runtime_matrix(shard):
-    """One shard of the covering array by default (its pairs: `pytest -m slow` runs the
-    other shards, which complete every pair)."""
+    """One shard of the covering array (an eighth of its cases) by default; `pytest -m slow`
+    runs the other shards, which complete every pair."""
     result = _run(f"{shard}/{SHARDS}", devices=8)
     expected = len(runtime_matrix.shard_cases(shard, SHARDS))
     assert result["ran"] == expected and result["failures"] == [], result["failures"]
