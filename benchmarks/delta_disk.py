@@ -42,7 +42,7 @@ def record(compact_after: float, args) -> list[tuple[int, int, int]]:
         for t in range(1, args.rounds + 1):
             ids = np.sort(rng.choice(args.clients, args.per_round, replace=False))
             values = rng.normal(size=(args.per_round, WIDTH)).astype(np.float32)
-            store.scatter(ids, template._replace(client_params={"w": values}))
+            store.scatter(ids, template._replace(ri_rows={"w": values}))
             if t % args.every == 0:
                 kept = [*kept, store.checkpoint(t)][-args.keep:]
                 store.committed(t)

@@ -135,12 +135,12 @@ def plan(spec: str, config: dict, devices: int, utilization: float) -> dict:
     if stored:  # the cohort round: the server state and the N sampled rows only
         server = jax.eval_shape(lambda p: client_store.server_state(algo, p), params)
         rows = jax.eval_shape(lambda p: algo.init(p, n), params)
-        cohort = Cohort(rows.client_params, rows.client_state, rows.client_visited)
+        cohort = Cohort(rows.ri_rows, rows.client_state, rows.client_visited)
         compiled = jax.jit(functools.partial(cohort_round, algo.spec, algo.runtime),
                            static_argnums=4).lower(server, cohort, as_arrays(inp), key,
                                                    c).compile()
     else:
-        compiled = algo.lower(state, inp, key).compile()
+        compiled = algo.apply.lower(state, inp, key).compile()
     compile_seconds = time.perf_counter() - t0
     account = experiment.round_memory(compiled)
     unsharded = with_runtime(algo, execution="vmap", num_devices=None)
@@ -149,7 +149,7 @@ def plan(spec: str, config: dict, devices: int, utilization: float) -> dict:
     # the [C, ...] client tables in the round's arguments (its outputs alias them): what a
     # host or disk client store keeps off the device (fedinit_jax/client_store/)
     client_tables = 0 if stored else sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(
-        (state.client_params, state.client_state, state.client_visited)))
+        (state.ri_rows, state.client_state, state.client_visited)))
     account["client_tables"] = client_tables
     row = {"preset": spec.split(":", 1)[-1] or spec, "devices": devices, "clients": c,
            "slots": n, "steps": k, "batch": config["batch_size"], "params": d,

@@ -296,7 +296,7 @@ def memory_table(args):
     state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))
     rows = []
     for donate in (False, True):
-        lowered = with_runtime(algo, donate_state=donate).lower(state, inp,
+        lowered = with_runtime(algo, donate_state=donate).apply.lower(state, inp,
                                                                     jax.random.key(1))
         compiled = lowered.compile()
         m, total = compiled.memory_analysis(), round_memory(compiled)["peak"]

@@ -15,8 +15,8 @@ pytree helpers, data loaders and partitions, replicas, client stores: where the 
 state of a large federation lives); it imports nothing of the experiment
 machinery (fedinit_jax.experiment: configs, the run loop, workdirs, checkpoints, tasks).
 """
-from fedinit_jax import algorithms, client_store, replicas
-from fedinit_jax.builder import build_algorithm, with_runtime
+from fedinit_jax import algorithms, client_store, replicas, ri_offset
+from fedinit_jax.builder import apply_cohort, build_algorithm, with_runtime
 from fedinit_jax.checks import check_round_input, check_state
 from fedinit_jax.correction import (
     ClientCorrection,
@@ -36,7 +36,8 @@ from fedinit_jax.types import (
     Runtime,
 )
 
-__all__ = ["algorithms", "replicas", "client_store", "Cohort", "build_algorithm", "check_round_input", "check_state",
+__all__ = ["algorithms", "replicas", "client_store", "ri_offset", "Cohort", "apply_cohort",
+           "build_algorithm", "check_round_input", "check_state",
            "Correction", "ClientCorrection", "ServerCorrection", "ServerInput", "LocalContext",
            "compose", "Costs", "FederatedAlgorithm", "FedState", "RoundInput", "RoundSpec",
            "Runtime", "with_runtime"]

@@ -5,10 +5,10 @@
     state = algo.init(params, num_clients)      # federated_round.init_state, beta written in
     state, metrics = algo.apply(state, round_input, key)   # federated_round.federated_round, jitted
 
-`apply` is the round jit-compiled once, `algo.lower` the same round lowered ahead of time;
-`with_runtime(algo, ...)` is the same round run another way, `algo.apply_cohort` (or
-`apply_cohort(algo, ...)`) the round on the sampled clients' rows of a ClientStore. The round
-itself, pure, is federated_round.py; the host checks are checks.py.
+`apply` is the round jit-compiled once; as every jax.jit function it has `.lower(...)`, the
+same round lowered ahead of time. `with_runtime(algo, ...)` is the same round run another
+way, `apply_cohort(algo, ...)` the round on the sampled clients' rows of a ClientStore. The
+round itself, pure, is federated_round.py; the host checks are checks.py.
 """
 import functools
 
@@ -18,13 +18,12 @@ import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from fedinit_jax import execution
+from fedinit_jax import ri_offset as offset_rules
 from fedinit_jax.checks import check_beta, check_choice, check_number, check_static
 from fedinit_jax.correction import NONE, Correction
 from fedinit_jax.federated_round import (
     CLIENT_STATE_DTYPES,
     DELTA_FROM,
-    FIRST_VISIT,
-    RI_OFFSETS,
     Cohort,
     RoundSpec,
     cohort_round,
@@ -53,7 +52,9 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, beta: float = 0.0
     correction: the algorithm's plug-in (FedAvg: none; its local_gradient, if any, replaces
     the plain gradient). server_optimizer: optax transformation applied to the
     pseudo-gradient -mean_S(delta_i); default sgd(1.0), i.e. w <- w + mean delta.
-    client_optimizer: see local.py (None: the paper's SGD). runtime: how it runs (Runtime).
+    client_optimizer: see local.py (None: the paper's SGD). ri_offset, first_visit: the RI
+    offset rule (ri_offset.rule: a name of ri_offset.RULES; first_visit="global" starts a new
+    client from w). runtime: how it runs (Runtime).
     """
     if not callable(loss_fn):
         raise ValueError(f"loss_fn={loss_fn!r}: must be a callable (params, batch, key) -> "
@@ -61,13 +62,7 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, beta: float = 0.0
     check_number("beta", beta)  # the paper sweeps -0.2..0.15
     beta = float(beta)  # a 0-d array too
     check_choice("delta_from", delta_from, DELTA_FROM)
-    check_choice("first_visit", first_visit, FIRST_VISIT)
-    check_choice("ri_offset", ri_offset, RI_OFFSETS)
-    if ri_offset != "model" and first_visit != "global":
-        raise ValueError(f"ri_offset={ri_offset!r} with first_visit={first_visit!r}: under an "
-                         "offset rule a client's first offset is zero (it starts from w, as "
-                         "first_visit='global' says); Algorithm 1's w + beta (w - w^0) is "
-                         "ri_offset='model' only: pass first_visit='global'")
+    rule = offset_rules.rule(ri_offset, first_visit)
     check_number("clip_norm", clip_norm, 0.0, optional=True)  # None or 0: off
     check_number("weight_decay", weight_decay, 0.0, optional=True)
     for name, opt in (("server_optimizer", server_optimizer),
@@ -77,9 +72,9 @@ def build_algorithm(loss_fn, *, correction: Correction = NONE, beta: float = 0.0
                              f"optax.adam(1e-3)), got {type(opt).__name__}")
     spec = RoundSpec(loss_fn, correction, delta_from,
                      optax.sgd(1.0) if server_optimizer is None else server_optimizer,
-                     client_optimizer, clip_norm, weight_decay, first_visit, ri_offset)
+                     client_optimizer, clip_norm, weight_decay, rule, beta)
     check_beta(spec, beta)
-    return algorithm_of(spec, runtime, beta)
+    return algorithm_of(spec, runtime)
 
 
 def check_runtime(runtime: Runtime) -> None:
@@ -94,10 +89,10 @@ def check_runtime(runtime: Runtime) -> None:
     execution.client_mesh(runtime.num_devices)  # ValueError for a count not here
 
 
-def algorithm_of(spec: RoundSpec, runtime: Runtime, beta: float = 0.0) -> FederatedAlgorithm:
-    """The algorithm of `spec` under `runtime`: init (writing `beta` into the state), and the
-    jitted round as apply, lower (the round lowered ahead of time) and apply_cohort (the round
-    on a cohort's rows)."""
+def algorithm_of(spec: RoundSpec, runtime: Runtime) -> FederatedAlgorithm:
+    """The algorithm of `spec` under `runtime`: init (writing spec.beta into the state), and
+    the jitted round as apply, with apply.lower (the round lowered ahead of time) and
+    apply.cohort (the round on a cohort's rows: apply_cohort)."""
     check_runtime(runtime)
     mesh = execution.client_mesh(runtime.num_devices)
     donate = (0,) if runtime.donate_state else ()
@@ -113,7 +108,7 @@ def algorithm_of(spec: RoundSpec, runtime: Runtime, beta: float = 0.0) -> Federa
     def apply(state: FedState, round_input: RoundInput, key):
         """One round (pure, jittable): (state, round_input, key) -> (state, metrics)."""
         check_static(round_input, key)
-        if not isinstance(state, FedState) or state.client_params is None:
+        if not isinstance(state, FedState) or state.ri_rows is None:
             raise ValueError(
                 "algo.apply needs a FedState with its [C, ...] client tables (algo.init(params, "
                 "num_clients)); " + ("this one has none (client_store.server_state): run it "
@@ -150,9 +145,9 @@ def algorithm_of(spec: RoundSpec, runtime: Runtime, beta: float = 0.0) -> Federa
         return jitted_cohort(place(state), cohort, as_arrays(round_input), key,
                              int(num_clients))
 
-    return FederatedAlgorithm(init=functools.partial(init_state, spec, runtime, beta),
-                              apply=apply, spec=spec, runtime=runtime, lower=lower,
-                              apply_cohort=cohort, beta=beta)
+    apply.lower, apply.cohort = lower, cohort
+    return FederatedAlgorithm(init=functools.partial(init_state, spec, runtime), apply=apply,
+                              spec=spec, runtime=runtime)
 
 
 def with_runtime(algo: FederatedAlgorithm, runtime: Runtime | None = None,
@@ -166,7 +161,7 @@ def with_runtime(algo: FederatedAlgorithm, runtime: Runtime | None = None,
     if fields.get("execution", "chunked") != "chunked" and "chunk_size" not in fields:
         fields["chunk_size"] = None  # leaving chunked: its chunk size goes with it
     return algorithm_of(algo.spec, (algo.runtime if runtime is None else runtime)
-                        ._replace(**fields), algo.beta)
+                        ._replace(**fields))
 
 
 def apply_cohort(algo: FederatedAlgorithm, state: FedState, cohort: Cohort,
@@ -174,7 +169,7 @@ def apply_cohort(algo: FederatedAlgorithm, state: FedState, cohort: Cohort,
     """One round of `algo` on the cohort's rows (cohort_round, jit-compiled; pure):
     (state, cohort, round_input, key, C) -> (state, new cohort, metrics); C a Python int.
     For a federation whose per-client state lives in a ClientStore (fedinit_jax/client_store/)."""
-    return algo.apply_cohort(state, cohort, round_input, key, num_clients)
+    return algo.apply.cohort(state, cohort, round_input, key, num_clients)
 
 
 def as_arrays(round_input: RoundInput) -> RoundInput:

@@ -127,12 +127,12 @@ def check_structure(algo: FederatedAlgorithm, state) -> int:
     elif np.ndim(state.beta) != 0:
         raise ValueError(f"state.beta has shape {np.shape(state.beta)}: a scalar (or [R] in "
                          "a replica state)")
-    stored = state.client_params is not None  # None: a ClientStore holds the clients
-    num_clients = jax.tree.leaves(state.client_params)[0].shape[0] if stored else 1
+    stored = state.ri_rows is not None  # None: a ClientStore holds the clients
+    num_clients = jax.tree.leaves(state.ri_rows)[0].shape[0] if stored else 1
     leaves = tuple((tuple(x.shape), jnp.dtype(x.dtype)) for x in jax.tree.leaves(state.params))
     want = _expected_state(algo.init, jax.tree.structure(state.params), leaves, num_clients)
     if not stored:
-        want = want._replace(client_params=None, client_state=None, client_visited=None)
+        want = want._replace(ri_rows=None, client_state=None, client_visited=None)
     for field in FedState._fields:
         if _spec_of(getattr(state, field)) != _spec_of(getattr(want, field)):
             raise ValueError(f"state.{field} does not match this algorithm's state (was the "

@@ -43,7 +43,7 @@ def state_costs(algo: FederatedAlgorithm, params) -> StateCosts:
     jax.ShapeDtypeStruct), from jax.eval_shape(algo.init) of one client."""
     state = jax.eval_shape(lambda p: algo.init(p, 1), params)
     d = _elements(state.params)
-    client = (state.client_params, state.client_state)
+    client = (state.ri_rows, state.client_state)
     server = (state.params, state.server_state, state.server_opt_state)
     return StateCosts(d, _elements(client) // d, _elements(server) // d, _bytes(client),
                       _bytes(server))

@@ -2,16 +2,17 @@
 aggregation. One pure function, jit-compiled once per run (paper Algorithm 1 with an
 algorithm's Correction plugged in; docs/algorithms.md gives the maths and its departures):
 
-    w_i0    = w + beta * o_i,  o_i = w - w_i               (RI; beta = 0 is FedAvg; ri_offset
-                                                            chooses o_i, first_visit a new
-                                                            client's)
+    w_i0    = w + beta * o_i,  o_i = w - w_i               (RI; beta = 0 is FedAvg; the
+                                                            offset rule, ri_offset.py, gives
+                                                            o_i from the client's row)
     w_iK    = local_update(w_i0)                           (K corrected SGD steps)
     p_i     = w_iK - w_i0                                  (every correction state is built
                                                             from it, as the authors do)
     delta_i = w_iK - w      (delta_from="global", Algorithm 1 line 16, default)
     delta_i = w_iK - w_i0   (delta_from="start", the authors' code)
     w      <- w + server_opt(mean_S(delta_i))              (FedDyn-type servers replace w)
-    w_i    <- w_iK for i in S only
+    row_i  <- w_iK for i in S only                        (Algorithm 1; an offset rule keeps
+                                                            its offset instead)
 
 S is the round input's client_ids, padded to a static N with masked slots when |S| varies
 (RoundInput.mask): a padded slot is skipped (by lax.cond one client at a time, by selection
@@ -36,34 +37,18 @@ import optax
 
 from fedinit_jax import execution, local, tree
 from fedinit_jax.correction import LocalContext, ServerInput
-from fedinit_jax.types import Array, Cohort, FedState, RoundInput, RoundSpec, Runtime  # noqa: F401 (Cohort, RoundSpec: where they were)
+from fedinit_jax.ri_offset import OffsetStep
+from fedinit_jax.types import Array, Cohort, FedState, RoundInput, RoundSpec, Runtime
 
-__all__ = ["DELTA_FROM", "COPY_WARNING_BYTES", "FIRST_VISIT", "RI_OFFSETS",
-           "RI_MOMENTUM_OFFSETS", "RI_MAX_GAIN",
-           "CLIENT_STATE_DTYPES", "to_storage", "from_storage", "init_state",
-           "initial_offset_row", "relaxed_start", "stored_offset", "momentum_decay",
-           "next_momentum", "offset_reference", "Slots", "slots", "local_rules", "ClientInput",
+__all__ = ["DELTA_FROM", "COPY_WARNING_BYTES", "CLIENT_STATE_DTYPES", "to_storage",
+           "from_storage", "init_state", "relaxed_start", "Slots", "slots", "local_rules",
+           "ClientInput",
            "client_update", "skip_client", "train_clients", "aggregate", "round_metrics",
            "cohort_round", "federated_round", "divergence_all"]
 
 DELTA_FROM = ("global", "start")
 # init warns when undonated [C, ...] client tables exceed this: each round copies them
 COPY_WARNING_BYTES = 64 * 2**20
-FIRST_VISIT = ("init", "global")
-# what a client's row keeps for its RI offset o_i (w_i0 = w + beta o_i): "model" its last local
-# model w_i, o_i = w - w_i (Algorithm 1); "next" o_i = w^{tau_i + 1} - w_i, the offset
-# Algorithm 1 would use had the client returned the round after its visit; "drift"
-# o_i = w^{tau_i} - w_i, its own last drift; "momentum" o_i = (w^{tau_i + 1} - w_i) + m^t, the
-# server steps since the visit replaced by their expectation m^t (a decaying sum of w's steps,
-# FedState.ri_momentum); "shared" o_i = m^t alone, the same offset for every client (the
-# client's own part dropped: its row keeps w^{tau_i + 1} - w_i for Delta^t only)
-# (docs/algorithms.md, "Clients that return late")
-RI_OFFSETS = ("model", "next", "drift", "momentum", "shared")
-# the offset rules that keep m^t on the server (FedState.ri_momentum)
-RI_MOMENTUM_OFFSETS = ("momentum", "shared")
-# ri_offset="momentum": the largest feedback gain beta gamma / (1 - gamma) of m^t (below 1, so
-# w's steps cannot grow; 0.9 is Algorithm 1's at 10 of 100 clients and beta 0.1)
-RI_MAX_GAIN = 0.9
 CLIENT_STATE_DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -84,11 +69,10 @@ def from_storage(runtime: Runtime, pytree):
     return pytree if runtime.client_state_dtype is None else _floats_to(jnp.float32, pytree)
 
 
-def init_state(spec: RoundSpec, runtime: Runtime, beta: float, params,
-               num_clients: int) -> FedState:
-    """FedState at round 0: w = params, every w_i = w^0 (Algorithm 1 line 1; under an
-    offset rule, ri_offset != "model", every stored offset o_i = 0), zero correction
-    states, the server optimizer's initial state, and beta."""
+def init_state(spec: RoundSpec, runtime: Runtime, params, num_clients: int) -> FedState:
+    """FedState at round 0: w = params, every client's row its offset rule's first row
+    (Algorithm 1 line 1: w_i = w^0; an offset rule's zero offset), zero correction states,
+    the server optimizer's and the offset rule's initial states, and spec.beta."""
     if isinstance(num_clients, jax.core.Tracer):
         raise ValueError("num_clients must be a Python int (it sets the [C, ...] shapes), got "
                          "a tracer: under jax.eval_shape or jit pass it by closure, e.g. "
@@ -106,18 +90,17 @@ def init_state(spec: RoundSpec, runtime: Runtime, beta: float, params,
     state = FedState(
         params=params,
         # each [C, ...] table made once, in its storage dtype (cast first: no float32 table)
-        client_params=tree.stack(to_storage(runtime, initial_offset_row(spec, params)),
-                                 num_clients),
+        ri_rows=tree.stack(to_storage(runtime, spec.ri_offset.first_row(params)),
+                           num_clients),
         server_opt_state=spec.server_optimizer.init(params),
         server_state=correction.server.init(params),
         client_state=tree.stack(to_storage(runtime, correction.client.init(params)), num_clients),
-        beta=jnp.asarray(beta, jnp.float32),
+        beta=jnp.asarray(spec.beta, jnp.float32),
         rounds_done=jnp.zeros((), jnp.int32),
         client_visited=jnp.zeros((num_clients,), bool),
-        ri_momentum=(optax.tree.zeros_like(params) if spec.ri_offset in RI_MOMENTUM_OFFSETS
-                     else ()))
+        ri_state=spec.ri_offset.init(params))
     tables = sum(x.nbytes for x in jax.tree.leaves(
-        (state.client_params, state.client_state, state.client_visited)))
+        (state.ri_rows, state.client_state, state.client_visited)))
     if not runtime.donate_state and tables > COPY_WARNING_BYTES:
         warnings.warn(
             f"init: the [C, ...] client tables take {tables / 2**30:.2f} GiB and every "
@@ -129,74 +112,17 @@ def init_state(spec: RoundSpec, runtime: Runtime, beta: float, params,
         # the [C, ...] tables are new arrays already, and copying them would double the
         # peak memory of init
         state = state._replace(**{field: jax.tree.map(jnp.copy, getattr(state, field))
-                                  for field in ("params", "server_opt_state", "server_state")})
+                                  for field in ("params", "server_opt_state", "server_state",
+                                                           "ri_state")})
     return state
 
 
-def initial_offset_row(spec: RoundSpec, params):
-    """A client's client_params row before its first visit: w^0 (ri_offset="model"), or a
-    zero offset (an offset rule: it starts from w)."""
-    return params if spec.ri_offset == "model" else optax.tree.zeros_like(params)
-
-
-def relaxed_start(spec: RoundSpec, state: FedState, rows, beta):
-    """w_i0 of every cohort slot from its stored rows (client_params, float32):
-    w + beta (w - w_i) (ri_offset="model"), w + beta (o_i + m^t) ("momentum", m^t =
-    state.ri_momentum), w + beta m^t ("shared": the rows are not read), or w + beta o_i
-    (the other offset rules)."""
-    w = state.params
-    if spec.ri_offset == "model":
-        return tree.relaxed_init(w, rows, beta)
-    if spec.ri_offset == "momentum":
-        rows = jax.tree.map(lambda o, m: o + m[None], rows, state.ri_momentum)
-    if spec.ri_offset == "shared":
-        rows = jax.tree.map(lambda o, m: jnp.broadcast_to(m[None], o.shape), rows,
-                            state.ri_momentum)
-    return tree.offset_init(w, rows, beta)
-
-
-def stored_offset(spec: RoundSpec, w, w_new, w_end):
-    """What each cohort slot's client_params row keeps after the round: w_iK ("model"),
-    w^{t+1} - w_iK ("next", "momentum", "shared"), or w^t - w_iK ("drift")."""
-    if spec.ri_offset == "model":
-        return w_end
-    base = w if spec.ri_offset == "drift" else w_new
-    return jax.tree.map(lambda b, x: b[None] - x, base, w_end)
-
-
-def momentum_decay(beta, cohort_size: int, num_clients: int):
-    """gamma of ri_offset="momentum" and "shared": 1 - N/C, the probability that a client
-    sampled now was not sampled in a given earlier round (uniform sampling of N of C), so that
-    m^t = sum_{k >= 1} gamma^k (w^{t-k+1} - w^{t-k}) is the expected sum of w's steps since a
-    returning client's visit (Algorithm 1's offset), capped at RI_MAX_GAIN / (RI_MAX_GAIN +
-    |beta|): the feedback gain |beta| gamma / (1 - gamma) of m^t stays at most RI_MAX_GAIN < 1.
-
-    Args:
-      beta: the state's RI coefficient (traced).
-      cohort_size: |S|, the round's real clients (its padded slots not counted).
-      num_clients: C.
-    Returns:
-      gamma, a float32 scalar in [0, 1).
-    """
-    return jnp.minimum(1.0 - cohort_size / num_clients,
-                       RI_MAX_GAIN / (RI_MAX_GAIN + jnp.abs(beta)))
-
-
-def next_momentum(spec: RoundSpec, state: FedState, w_new, cohort_size, num_clients: int):
-    """m^{t+1} = gamma (m^t + w^{t+1} - w^t) under ri_offset="momentum" or "shared" (()
-    otherwise)."""
-    if spec.ri_offset not in RI_MOMENTUM_OFFSETS:
-        return state.ri_momentum
-    gamma = momentum_decay(state.beta, cohort_size, num_clients)
-    return jax.tree.map(lambda m, a, b: gamma * (m + a - b), state.ri_momentum, w_new,
-                        state.params)
-
-
-def offset_reference(spec: RoundSpec, w):
-    """What divergence_all measures the client_params rows from, so that it is the mean
-    squared RI offset (1/C) sum ||o_i||^2: w (ri_offset="model": o_i = w - w_i, the paper's
-    Delta^t), or zero (an offset rule, whose rows are the offsets)."""
-    return w if spec.ri_offset == "model" else optax.tree.zeros_like(w)
+def relaxed_start(spec: RoundSpec, state: FedState, cohort: Cohort, runtime: Runtime):
+    """w_i0 = w + beta o_i of every cohort slot, o_i the offset rule's (ri_offset.py) from
+    the slots' stored rows (widened to float32)."""
+    offsets = spec.ri_offset.offset(state.params, from_storage(runtime, cohort.ri_rows),
+                                    cohort.client_visited, state.ri_state)
+    return tree.offset_init(state.params, offsets, state.beta)
 
 
 class Slots(NamedTuple):
@@ -284,14 +210,10 @@ def train_clients(spec: RoundSpec, runtime: Runtime, state: FedState, cohort: "C
     Returns (w_iK, p_i, losses, new client states, old client states), each [N, ...]."""
     w = state.params
     old_clients = from_storage(runtime, cohort.client_state)
-    beta = state.beta
-    if spec.first_visit == "global" and spec.ri_offset == "model":
-        # a client never sampled starts from w: no offset (an offset rule's row is zero then)
-        beta = beta * cohort.client_visited.astype(jnp.float32)
     # a client's key from its id, not its slot: where a client sits (data.spread) and how
     # many devices share the slots never change its randomness
     clients = ClientInput(
-        start=relaxed_start(spec, state, from_storage(runtime, cohort.client_params), beta),
+        start=relaxed_start(spec, state, cohort, runtime),
         batches=round_input.batches,
         key=jax.vmap(jax.random.fold_in, (None, 0))(key, counted.ids), state=old_clients,
         step_mask=round_input.step_mask, real_steps=counted.real_steps, real=round_input.mask)
@@ -357,12 +279,13 @@ def cohort_round(spec: RoundSpec, runtime: Runtime, state: FedState, cohort: Coh
         spec, runtime, state, cohort, round_input, lr, key, counted)
     w_new, server_opt_state, server_state = aggregate(
         spec, state, lr, counted, w_end, progress, new_clients, old_clients, num_clients)
+    cohort_size = counted.ids.shape[0] if counted.mask is None else jnp.sum(counted.mask)
     new_state = state._replace(
         params=w_new, server_opt_state=server_opt_state, server_state=server_state,
         rounds_done=state.rounds_done + 1,
-        ri_momentum=next_momentum(spec, state, w_new, counted.ids.shape[0] if counted.mask is None
-                                  else jnp.sum(counted.mask), num_clients))
-    new_cohort = Cohort(to_storage(runtime, stored_offset(spec, state.params, w_new, w_end)),
+        ri_state=spec.ri_offset.update(state.ri_state, OffsetStep(
+            state.params, w_new, state.beta, cohort_size, num_clients)))
+    new_cohort = Cohort(to_storage(runtime, spec.ri_offset.stored(state.params, w_new, w_end)),
                         to_storage(runtime, new_clients),
                         jnp.ones_like(cohort.client_visited))
     return new_state, new_cohort, round_metrics(losses, w_end, w_new, counted.mask)
@@ -373,20 +296,22 @@ def federated_round(spec: RoundSpec, runtime: Runtime, state: FedState,
     """One round, pure: (state, round_input, key) -> (state, metrics): the cohort's rows
     gathered from FedState's [C, ...] tables, cohort_round, the new rows scattered back (a
     padded slot's id is C: read clipped, its write dropped)."""
-    num_clients = jax.tree.leaves(state.client_params)[0].shape[0]
+    num_clients = jax.tree.leaves(state.ri_rows)[0].shape[0]
     ids = slots(round_input, num_clients).ids
-    tables = Cohort(state.client_params, state.client_state, state.client_visited)
+    tables = Cohort(state.ri_rows, state.client_state, state.client_visited)
     new_state, new_cohort, metrics = cohort_round(spec, runtime, state, tree.gather(tables, ids),
                                                   round_input, key, num_clients)
     new_tables = tree.scatter(tables, ids, new_cohort)
-    return new_state._replace(client_params=new_tables.client_params,
+    return new_state._replace(ri_rows=new_tables.ri_rows,
                               client_state=new_tables.client_state,
                               client_visited=new_tables.client_visited), metrics
 
 
 @jax.jit
-def divergence_all(client_params, w) -> Array:
-    """The paper's Delta^t = (1/C) sum_C ||w_i - w||^2 over a [C, ...] table of last local
-    models (stored dtype, widened to float32). It reads every client: the binaries take it
-    on evaluation rounds only (a ClientStore streams its rows: fedinit_jax/client_store/)."""
-    return jnp.mean(tree.per_client_sq_dist(_floats_to(jnp.float32, client_params), w))
+def divergence_all(ri_rows, w) -> Array:
+    """The paper's Delta^t = (1/C) sum_C ||w_i - w||^2 over a [C, ...] table of rows (stored
+    dtype, widened to float32), measured from w = the offset rule's measured_from(w)
+    (ri_offset.py: the global model when the rows are last local models, zero when they are
+    offsets). It reads every client: the binaries take it on evaluation rounds only (a
+    ClientStore streams its rows: fedinit_jax/client_store/)."""
+    return jnp.mean(tree.per_client_sq_dist(_floats_to(jnp.float32, ri_rows), w))

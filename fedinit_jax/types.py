@@ -14,6 +14,8 @@ from typing import Any, NamedTuple
 
 import jax
 
+from fedinit_jax.ri_offset import MODEL, OffsetRule
+
 __all__ = ["Array", "Params", "PyTree", "LossFn", "RoundInput", "FedState", "Costs", "Runtime",
            "DEFAULT_RUNTIME", "RoundSpec", "Cohort", "FederatedAlgorithm"]
 
@@ -54,9 +56,16 @@ class RoundInput(NamedTuple):
 class FedState(NamedTuple):
     """Server-side view of the whole federation after a round.
 
+    One form for both ways a federation is kept: with its [C, ...] client tables (ri_rows,
+    client_state, client_visited: algo.init), or with those three None when a ClientStore
+    holds the clients' rows (client_store.server_state; apply_cohort and
+    client_store.run_round take it).
+
     params: w, the global model.
-    client_params: w_i, every client's last local model, leaves [C, ...]; a client never
-      sampled holds w^0 (the initial model), as in Algorithm 1 line 1 of the paper.
+    ri_rows: every client's row of the RI offset rule (ri_offset.py), leaves [C, ...]: its
+      last local model w_i under Algorithm 1's rule (ri_offset="model"; a client never
+      sampled holds w^0, Algorithm 1 line 1), the offset part it keeps under an offset rule
+      (a client never sampled holds zero).
     server_opt_state: the server optax optimizer's state (FedAdam's m, v).
     server_state: the algorithm's own server state, a NamedTuple of its module
       (ScaffoldState(c), FedCMState(d)); () if none.
@@ -67,21 +76,21 @@ class FedState(NamedTuple):
       builder's `beta=`; `state._replace(beta=jnp.float32(b))` changes it between rounds.
     rounds_done: [] int32, rounds completed.
     client_visited: [C] bool, whether each client has been sampled (first_visit="global"
-      starts a client never sampled from w: federated_round.py).
-    ri_momentum: m^t, the shared part of the RI offset under ri_offset="momentum", all of it
-      under "shared" (params' structure; docs/algorithms.md, "Clients that return late");
-      () under every other rule.
+      starts a client never sampled from w: ri_offset.with_first_visit).
+    ri_state: the offset rule's server state: m^t under ri_offset="momentum" and "shared"
+      (params' structure; docs/algorithms.md, "Clients that return late"); () under the
+      others.
     """
 
     params: Params
-    client_params: Params
+    ri_rows: Params
     server_opt_state: Any
     server_state: Any
     client_state: Any
     beta: Array
     rounds_done: Array
     client_visited: Any = None
-    ri_momentum: Any = ()
+    ri_state: Any = ()
 
 
 class Costs(NamedTuple):
@@ -134,12 +143,14 @@ DEFAULT_RUNTIME = Runtime()
 class RoundSpec(NamedTuple):
     """What the round computes (build_algorithm's arguments); the Runtime says how it runs.
 
-    beta is not here: it is the state's (FedState.beta, traced, so replicas may differ and a
-    hypergradient reaches it), the only beta the round reads. A builder's `beta=` is the
-    value init writes there.
     server_optimizer: optax transformation of the pseudo-gradient -mean_S(delta_i).
     client_optimizer: None (plain SGD, the paper's), or an optax transformation between
       weight decay and the step -eta_l (local.py).
+    ri_offset: the RI offset rule, o_i of w_i0 = w + beta o_i (ri_offset.rule(name,
+      first_visit); ri_offset.MODEL is Algorithm 1's).
+    beta: the beta init writes into a new state (a builder's `beta=`). The round reads the
+      state's (FedState.beta, traced, so replicas may differ and a hypergradient reaches
+      it), never this one.
     """
 
     loss_fn: LossFn
@@ -149,17 +160,17 @@ class RoundSpec(NamedTuple):
     client_optimizer: Any
     clip_norm: float | None
     weight_decay: float | None
-    first_visit: str = "init"
-    ri_offset: str = "model"
+    ri_offset: OffsetRule = MODEL
+    beta: float = 0.0
 
 
 class Cohort(NamedTuple):
     """The sampled clients' rows of the per-client state, each leaf [N, ...] in the stored
-    dtype (Runtime.client_state_dtype): their last local models w_i and correction states,
+    dtype (Runtime.client_state_dtype): their RI rows (FedState.ri_rows), correction states,
     and whether each was sampled before ([N] bool). Gathered from wherever the federation
     keeps them (FedState's tables, a ClientStore)."""
 
-    client_params: Any
+    ri_rows: Any
     client_state: Any
     client_visited: Any
 
@@ -167,25 +178,21 @@ class Cohort(NamedTuple):
 class FederatedAlgorithm(NamedTuple):
     """The pair (init, apply) of an algorithm, and what describes it.
 
-    init(params, num_clients) -> FedState, with `beta` written into it.
+    init(params, num_clients) -> FedState, with spec.beta written into it.
     apply(state, round_input, key) -> (state, metrics): one round, pure and jit-compiled;
       it checks nothing on the host, so it composes with a user's own jax.jit, lax.scan and
       vmap. Host-side checks are a separate, explicit step: check_state(algo, state) once
       after init or a restore, check_round_input(algo, state, round_input) per round
-      (checks.py); the binaries call both.
-    spec: what the round computes (federated_round.RoundSpec: loss, correction,
-      delta_from, optimizers, clip, weight decay, the RI options).
-    runtime: the Runtime it runs under; `fedinit_jax.with_runtime(algo, ...)` gives the
-      same algorithm under another.
-    lower(state, round_input, key): apply's round lowered ahead of time (state and batches
-      may be jax.ShapeDtypeStruct), whose `.compile()` tells its memory per device and its
-      FLOPs before anything runs (benchmarks/plan.py; the binaries refuse a round that
-      cannot fit).
-    apply_cohort(state, cohort, round_input, key, num_clients) -> (state, new cohort,
-      metrics): the same round on the sampled clients' rows only, for a federation whose
-      per-client state lives in a ClientStore (fedinit_jax/client_store/).
-    beta: the beta init writes into a new state (the builder's `beta=`); a round reads the
-      state's (FedState.beta).
+      (checks.py); the binaries call both. As every jax.jit function, apply.lower(state,
+      round_input, key) lowers the round ahead of time (state and batches may be
+      jax.ShapeDtypeStruct): its `.compile()` tells the memory per device and the FLOPs
+      before anything runs (benchmarks/plan.py; the binaries refuse a round that cannot
+      fit). `fedinit_jax.apply_cohort(algo, ...)` runs the same round on the sampled
+      clients' rows of a ClientStore (fedinit_jax/client_store/).
+    spec: what the round computes (RoundSpec: loss, correction, delta_from, optimizers,
+      clip, weight decay, the RI offset rule, the beta init writes).
+    runtime: how it runs (Runtime); `fedinit_jax.with_runtime(algo, ...)` gives the same
+      algorithm under another.
     What an algorithm communicates and stores: algorithms.REGISTRY[name].costs,
     fedinit_jax.costs.
     """
@@ -194,6 +201,3 @@ class FederatedAlgorithm(NamedTuple):
     apply: Callable[[FedState, RoundInput, Array], tuple[FedState, dict]]
     spec: RoundSpec
     runtime: Runtime
-    lower: Callable[..., Any]
-    apply_cohort: Callable[..., tuple[FedState, Any, dict]]
-    beta: float

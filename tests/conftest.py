@@ -150,15 +150,15 @@ def run(algo, theta0, rounds, seed=0):
 
 def assert_matches(state, history, ref):
     np.testing.assert_allclose(flat(state.params), ref["w"], rtol=1e-5, atol=1e-5)
-    local = np.concatenate([np.asarray(state.client_params["w"]),
-                            np.asarray(state.client_params["b"])[:, None]], axis=1)
+    local = np.concatenate([np.asarray(state.ri_rows["w"]),
+                            np.asarray(state.ri_rows["b"])[:, None]], axis=1)
     np.testing.assert_allclose(local, ref["w_local"], rtol=1e-5, atol=1e-5)
     for got, want in zip(history, ref["history"]):
         for name in ("train_loss", "divergence"):
             np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5,
                                        err_msg=name)
     # the paper's Delta^t reads every client: no round metric, taken from the final state
-    np.testing.assert_allclose(float(divergence_all(state.client_params, state.params)),
+    np.testing.assert_allclose(float(divergence_all(state.ri_rows, state.params)),
                                ref["history"][-1]["divergence_all"], rtol=1e-5, atol=1e-5)
 
 

@@ -8,7 +8,51 @@ the local progress p_i = w_iK - w_i0; `delta_from` only moves a FedAvg-type serv
 and FedProx's pull lam * w is added after clipping, with the weight decay. A round's ids may
 have any length (Bernoulli participation: |S| varies).
 """
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
 import numpy as np
+
+
+class NumpyRule(NamedTuple):
+    """An RI offset rule in numpy, o_i of w_i0 = w + beta o_i (one client's flat vectors).
+
+    first_row(theta0) -> a row before the client's first visit.
+    offset(w, row, state) -> o_i.  stored(w_old, w_new, end) -> the row after its round.
+    init(theta0) -> the rule's server state (None: none).
+    update(state, w_old, w_new, cohort_size, num_clients, beta) -> the state after a round.
+    from_model: Delta^t measures the rows from w (they are models), else from zero.
+    """
+
+    first_row: Callable
+    offset: Callable
+    stored: Callable
+    init: Callable = lambda theta0: None
+    update: Callable = lambda state, *args: state
+    from_model: bool = False
+
+
+def _gamma(cohort_size, num_clients, beta):
+    return min(1.0 - cohort_size / num_clients, 0.9 / (0.9 + abs(beta)))
+
+
+def _momentum_update(m, w_old, w_new, cohort_size, num_clients, beta):
+    return _gamma(cohort_size, num_clients, beta) * (m + w_new - w_old)
+
+
+_NEXT = NumpyRule(first_row=np.zeros_like, offset=lambda w, row, m: row,
+                  stored=lambda w_old, w_new, end: w_new - end)
+# written from docs/algorithms.md ("Clients that return late"), one per ri_offset
+OFFSET_RULES: dict[str, Any] = {
+    "model": NumpyRule(first_row=np.copy, offset=lambda w, row, m: w - row,
+                       stored=lambda w_old, w_new, end: end, from_model=True),
+    "next": _NEXT,
+    "drift": _NEXT._replace(stored=lambda w_old, w_new, end: w_old - end),
+    "momentum": _NEXT._replace(offset=lambda w, row, m: row + m, init=np.zeros_like,
+                               update=_momentum_update),
+    "shared": _NEXT._replace(offset=lambda w, row, m: m, init=np.zeros_like,
+                             update=_momentum_update),
+}
 
 
 def mse_grad(theta, x, y):
@@ -33,21 +77,23 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
     fedavgm with Hsu et al.'s server momentum (m <- momentum m - dbar, w <- w - eta_g m).
     client_momentum: heavy-ball momentum in every client's local steps, u = m u + g,
     x -= lr u, u = 0 at the start of each client's round.
-    ri_offset: the RI offset o_i of w_i0 = w + beta o_i: "model" o_i = w - w_i (Algorithm 1);
-    "next" o_i = w^{t+1} - w_iK kept from the client's last round t; "drift" o_i = w^t - w_iK;
-    "momentum" o_i = (w^{t+1} - w_iK) + m, m <- gamma (m + w_new - w) after each round,
-    gamma = min(1 - |S|/C, 0.9 / (0.9 + |beta|)), m = 0 at first, added for new clients too;
-    "shared" o_i = m alone (each client's w^{t+1} - w_iK still kept, for divergence_all);
-    an offset starts at 0 (a client never sampled starts from w). Returns "w_local" as the
-    stored rows: w_i ("model") or o_i; divergence_all is (1/C) sum ||o_i||^2 under each.
+    ri_offset: the RI offset o_i of w_i0 = w + beta o_i, a name of OFFSET_RULES or a
+    NumpyRule: "model" o_i = w - w_i (Algorithm 1); "next" o_i = w^{t+1} - w_iK kept from the
+    client's last round t; "drift" o_i = w^t - w_iK; "momentum" o_i = (w^{t+1} - w_iK) + m,
+    m <- gamma (m + w_new - w) after each round, gamma = min(1 - |S|/C, 0.9 / (0.9 +
+    |beta|)), m = 0 at first, added for new clients too; "shared" o_i = m alone (each
+    client's w^{t+1} - w_iK still kept, for divergence_all); an offset starts at 0 (a client
+    never sampled starts from w). Returns "w_local" as the stored rows: w_i ("model") or
+    o_i, "ri_state" the rule's server state; divergence_all is (1/C) sum ||o_i||^2 under
+    each.
     """
+    rule = OFFSET_RULES[ri_offset] if isinstance(ri_offset, str) else ri_offset
     sam = alg in ("fedsam", "fedspeed", "fedgamma", "mofedsam")
     dyn = alg in ("feddyn", "fedspeed", "fedsmoo")
     scaf = alg in ("scaffold", "fedgamma")
     cm = alg in ("fedcm", "mofedsam")
     w = theta0.astype(np.float64).copy()
-    w_local = [w.copy() for _ in range(num_clients)]
-    offset = [np.zeros_like(w) for _ in range(num_clients)]
+    rows = [rule.first_row(w) for _ in range(num_clients)]
     c = np.zeros_like(w)
     c_i = [np.zeros_like(w) for _ in range(num_clients)]
     h_i = [np.zeros_like(w) for _ in range(num_clients)]
@@ -56,19 +102,14 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
     v = np.full_like(w, eps ** 2) if alg == "fedyogi" else np.zeros_like(w)
     mu_i = [np.zeros_like(w) for _ in range(num_clients)]
     s = np.zeros_like(w)
-    ri_m = np.zeros_like(w)  # ri_offset="momentum"'s (and "shared"'s) shared offset
+    ri_state = rule.init(w)
     history = []
     clipped = []  # per local step: was the gradient clipped?
     for ids, xs, ys, lr in rounds:
         num_steps = xs.shape[1]
         ends, deltas, progresses, new_ci, losses = [], [], [], {}, []
         for n, i in enumerate(ids):
-            if ri_offset == "model":
-                start = w + beta * (w - w_local[i])
-            elif ri_offset == "shared":
-                start = w + beta * ri_m
-            else:
-                start = w + beta * (offset[i] + (ri_m if ri_offset == "momentum" else 0.0))
+            start = w + beta * rule.offset(w, rows[i], ri_state)
             x = start.copy()
             dual = mu_i[i].copy()
             u = np.zeros_like(x)
@@ -140,19 +181,15 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
         if cm:
             d = -mean_progress / (num_steps * lr)
         for n, i in enumerate(ids):
-            w_local[i] = ends[n]
-            offset[i] = (w_old if ri_offset == "drift" else w) - ends[n]
-        gamma = min(1.0 - len(ids) / num_clients, 0.9 / (0.9 + abs(beta)))
-        ri_m = gamma * (ri_m + w - w_old)
+            rows[i] = rule.stored(w_old, w, ends[n])
+        ri_state = rule.update(ri_state, w_old, w, len(ids), num_clients, beta)
+        measured_from = w if rule.from_model else 0.0
         history.append({
             "train_loss": float(np.mean(losses)),
             "divergence": float(np.mean([np.sum((e - w) ** 2) for e in ends])),
-            "divergence_all": float(np.mean(
-                [np.sum((wl - w) ** 2) for wl in w_local] if ri_offset == "model"
-                else [np.sum(o ** 2) for o in offset])),
+            "divergence_all": float(np.mean([np.sum((r - measured_from) ** 2) for r in rows])),
         })
-    rows = w_local if ri_offset == "model" else offset
     return {"w": w, "w_local": np.stack(rows), "c": c, "c_i": np.stack(c_i),
             "h_i": np.stack(h_i), "d": d, "mu_i": np.stack(mu_i), "s": s, "m": m, "v": v,
-            "ri_m": ri_m, "history": history,
+            "ri_state": ri_state, "history": history,
             "clipped_steps": int(np.sum(clipped)), "steps": len(clipped)}

@@ -1,5 +1,6 @@
 """Every baseline against the independent numpy reference; identities; bad hyperparameters."""
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
@@ -43,7 +44,7 @@ def test_matches_numpy_reference(linreg_rounds, theta0, name, hparams, ref_kwarg
 
 def _assert_same(a, b, atol=0.0):
     np.testing.assert_allclose(flat(a.params), flat(b.params), rtol=0, atol=atol)
-    for x, y in zip(jax.tree.leaves(a.client_params), jax.tree.leaves(b.client_params)):
+    for x, y in zip(jax.tree.leaves(a.ri_rows), jax.tree.leaves(b.ri_rows)):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=0, atol=atol)
 
 
@@ -128,7 +129,7 @@ def test_every_registered_algorithm_starts_clients_from_the_relaxed_initializati
     w = np.array([0.3, -0.2, 0.1, 0.05])
     state = algo.init(params_from(w), num_clients=NUM_CLIENTS)
     w_i = np.random.default_rng(1).normal(size=(NUM_CLIENTS, w.size)).astype(np.float32)
-    state = state._replace(client_params={"w": jax.numpy.asarray(w_i[:, :-1]),
+    state = state._replace(ri_rows={"w": jax.numpy.asarray(w_i[:, :-1]),
                                           "b": jax.numpy.asarray(w_i[:, -1])})
     x = np.ones((1, 1, 2, 3), np.float32)  # one client (id 2), one step: one first call
     state, _ = algo.apply(state, RoundInput(np.array([2]), (x, np.zeros((1, 1, 2), np.float32)),
@@ -200,8 +201,9 @@ def test_stateful_server_optimizer_with_global_ri_is_refused_and_why(linreg_roun
     targets = np.random.default_rng(0).normal(size=(20, 10)).astype(np.float32)
     late_loss = {}
     for delta_from in ("start", "global"):
-        spec = RoundSpec(linreg_loss, NONE, delta_from, optax.adam(0.1), None, None, None)
-        algo = algorithm_of(spec, DEFAULT_RUNTIME, beta=0.1)
+        spec = RoundSpec(linreg_loss, NONE, delta_from, optax.adam(0.1), None, None, None,
+                         beta=0.1)
+        algo = algorithm_of(spec, DEFAULT_RUNTIME)
         state = algo.init({"w": np.zeros(10, np.float32), "b": np.zeros((), np.float32)}, 20)
         losses = []
         for t in range(120):
@@ -290,7 +292,7 @@ def test_first_visit_decides_where_a_new_client_starts(first_visit):
     want = w if first_visit == "global" else w + 0.3 * (w - w0[:-1])
     np.testing.assert_allclose(np.ravel(starts[0]), want, rtol=1e-6)
     assert np.asarray(state.client_visited).tolist() == [i == 2 for i in range(NUM_CLIENTS)]
-    w1, w_2 = np.asarray(state.params["w"]), np.asarray(state.client_params["w"][2])
+    w1, w_2 = np.asarray(state.params["w"]), np.asarray(state.ri_rows["w"][2])
     starts.clear()
     algo.apply(state, RoundInput(np.array([2]), batch, 0.1), jax.random.key(1))
     np.testing.assert_allclose(np.ravel(starts[0]), w1 + 0.3 * (w1 - w_2), rtol=1e-6)
@@ -305,7 +307,7 @@ def test_offset_rules_match_the_numpy_reference(name, ri_offset, theta0, linreg_
     against the plain-numpy loop: w, the stored offsets (and m^t), every round's metrics and
     the mean squared offset that divergence_all reports; "model" is Algorithm 1 (the other
     tests). An offset rule without first_visit="global" is refused."""
-    from fedinit_jax.federated_round import divergence_all, offset_reference
+    from fedinit_jax.federated_round import divergence_all
 
     beta = 0.3
     algo = algorithms.get(name, linreg_loss, beta=beta, ri_offset=ri_offset,
@@ -314,22 +316,22 @@ def test_offset_rules_match_the_numpy_reference(name, ri_offset, theta0, linreg_
     ref = simulate("fedavg" if name == "fedinit" else name, theta0, NUM_CLIENTS, linreg_rounds,
                    beta=beta, ri_offset=ri_offset)
     np.testing.assert_allclose(flat(state.params), ref["w"], rtol=1e-5, atol=1e-6)
-    rows = np.concatenate([np.asarray(state.client_params["w"]),
-                           np.asarray(state.client_params["b"])[:, None]], axis=1)
+    rows = np.concatenate([np.asarray(state.ri_rows["w"]),
+                           np.asarray(state.ri_rows["b"])[:, None]], axis=1)
     np.testing.assert_allclose(rows, ref["w_local"], rtol=1e-5, atol=1e-6)
     if ri_offset in ("momentum", "shared"):
-        np.testing.assert_allclose(flat(state.ri_momentum), ref["ri_m"], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(flat(state.ri_state), ref["ri_state"], rtol=1e-5, atol=1e-6)
     else:
-        assert state.ri_momentum == ()
+        assert state.ri_state == ()
     for got, want in zip(history, ref["history"], strict=True):
         for field in ("train_loss", "divergence"):
             assert got[field] == pytest.approx(want[field], rel=1e-5, abs=1e-7), field
-    delta = divergence_all(state.client_params, offset_reference(algo.spec, state.params))
+    delta = divergence_all(state.ri_rows, algo.spec.ri_offset.measured_from(state.params))
     assert float(delta) == pytest.approx(ref["history"][-1]["divergence_all"], rel=1e-5)
     for store in (client_store.DeviceStore(algo, params_from(theta0), NUM_CLIENTS),
                   client_store.HostStore(algo, params_from(theta0), NUM_CLIENTS)):
         # a store measures what the binaries report from the global model, as docs/api.md
-        store.scatter(np.arange(NUM_CLIENTS), Cohort(state.client_params, state.client_state,
+        store.scatter(np.arange(NUM_CLIENTS), Cohort(state.ri_rows, state.client_state,
                                                      state.client_visited))
         assert store.divergence_all(state.params) == pytest.approx(
             ref["history"][-1]["divergence_all"], rel=1e-5), type(store).__name__
@@ -340,10 +342,47 @@ def test_offset_rules_match_the_numpy_reference(name, ri_offset, theta0, linreg_
         algorithms.get(name, linreg_loss, ri_offset=ri_offset)
 
 
+def test_a_seventh_offset_rule_plugs_in(tmp_path, monkeypatch, theta0, linreg_rounds):
+    """A rule written here, o_i = w - s^t with s^t = (s^{t-1} + w^t) / 2 a running average of
+    the global models kept on the server, registered by name: it matches its numpy reference
+    (w, its server state, the rows) and runs under the binaries' run loop, checkpointed."""
+    from conftest import QUIET, quiet_config
+    from numpy_reference import NumpyRule
+
+    from fedinit_jax import ri_offset
+    from fedinit_jax.experiment import simulation
+
+    def halfway(s, step):
+        return jax.tree.map(lambda a, b: 0.5 * (a + b), s, step.w_new)
+
+    def ahead(w, rows, visited, s):
+        return jax.tree.map(lambda a, b, r: jnp.broadcast_to(a - b, r.shape), w, s, rows)
+
+    monkeypatch.setattr(ri_offset, "RULES", dict(ri_offset.RULES))
+    ri_offset.register(ri_offset.NEXT._replace(name="lookahead", offset=ahead,
+                                               init=lambda p: p, update=halfway))
+    reference = NumpyRule(first_row=np.zeros_like, offset=lambda w, row, s: w - s,
+                          stored=lambda w_old, w_new, end: w_new - end, init=np.copy,
+                          update=lambda s, w_old, w_new, *_: 0.5 * (s + w_new))
+    algo = algorithms.fedinit(linreg_loss, beta=0.3, ri_offset="lookahead", first_visit="global",
+                              clip_norm=None, weight_decay=None)
+    state, _ = run(algo, theta0, linreg_rounds)
+    ref = simulate("fedavg", theta0, NUM_CLIENTS, linreg_rounds, beta=0.3, ri_offset=reference)
+    for got, want in ((state.params, ref["w"]), (state.ri_state, ref["ri_state"])):
+        np.testing.assert_allclose(flat(got), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.concatenate([np.asarray(state.ri_rows["w"]), np.asarray(
+        state.ri_rows["b"])[:, None]], axis=1), ref["w_local"], rtol=1e-5, atol=1e-6)
+    config = quiet_config(algorithm="fedinit", beta=0.1, ri_offset="lookahead",
+                          first_visit="global", checkpoint_every=2)
+    done = simulation.run(config, str(tmp_path), **QUIET)
+    assert [r["round"] for r in done] == [1, 2, 3, 4]
+    assert all(np.isfinite(r["train_loss"]) for r in done)
+
+
 def test_momentum_offset_decays_as_its_sampling_says_with_its_gain_below_one():
     """ri_offset="momentum": gamma = 1 - N/C (a client's chance of missing a round), capped so
     that the feedback gain beta gamma / (1 - gamma) is at most 0.9 (docs/algorithms.md)."""
-    from fedinit_jax.federated_round import RI_MAX_GAIN, momentum_decay
+    from fedinit_jax.ri_offset import RI_MAX_GAIN, momentum_decay
 
     for beta, n, c, want in ((0.1, 10, 100, 0.9), (0.3, 3, 5, 0.4), (0.1, 10, 1000, 0.9),
                              (0.5, 10, 10**6, 0.9 / 1.4), (0.0, 10, 1000, 0.99),

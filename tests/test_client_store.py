@@ -61,9 +61,9 @@ def test_every_store_equals_the_state_tables(tmp_path, name, runtime):
             assert _equal(states[k].server_state, dense.server_state), (k, name)
             assert _equal(got, want), (k, name)
     every = np.arange(C)
-    delta = float(divergence_all(dense.client_params, dense.params))
+    delta = float(divergence_all(dense.ri_rows, dense.params))
     for k, rows in stores.items():
-        assert _equal(rows.gather(every), (dense.client_params, dense.client_state,
+        assert _equal(rows.gather(every), (dense.ri_rows, dense.client_state,
                                            dense.client_visited)), k
         assert rows.divergence_all(dense.params) == pytest.approx(delta, rel=1e-6), k
     sampled = {int(i) for inp, _ in _rounds(C)
@@ -91,7 +91,7 @@ def test_a_million_clients_cost_their_cohort(tmp_path):
         assert 6 <= rows.rows_held <= 18
         w0_share = (big - rows.rows_held) / big  # the untouched rows read as w^0
         assert rows.divergence_all(small.params) == pytest.approx(
-            (64 * float(divergence_all(small.client_params, small.params))
+            (64 * float(divergence_all(small.ri_rows, small.params))
              + (big - 64) * float(divergence_all(
                  jax.tree.map(lambda x: x[None], params), small.params))) / big, rel=1e-5)
         assert 0.99 < w0_share < 1
@@ -181,7 +181,7 @@ def test_the_loop_with_a_store_resumes_exactly_after_a_fault(tmp_path, device_ro
 
 @pytest.mark.parametrize("ri_offset", ["momentum", pytest.param("shared", marks=pytest.mark.slow)])
 def test_the_momentum_offset_resumes_exactly(tmp_path, ri_offset):
-    """ri_offset="momentum" and "shared" keep m^t on the server (FedState.ri_momentum, in the
+    """ri_offset="momentum" and "shared" keep m^t on the server (FedState.ri_state, in the
     checkpoint): a run cut after a checkpoint resumes to the rows of an uninterrupted one."""
     from conftest import QUIET, fault_then_resume, quiet_config, rows, without_timing
 
@@ -310,7 +310,7 @@ def test_a_stores_delta_is_exact_whatever_order_its_rows_came_in(tmp_path):
     w = jax.tree.map(lambda x: np.asarray(x) + 0.5, params)
     w_flat = np.concatenate([np.ravel(x).astype(np.float32) for x in jax.tree.leaves(w)])
     leaves = [np.asarray(x, np.float32) for x in
-              jax.tree.leaves(device.gather(np.arange(C)).client_params)]
+              jax.tree.leaves(device.gather(np.arange(C)).ri_rows)]
     terms = []
     for i in range(C):
         row = np.concatenate([x[i].ravel() for x in leaves])

@@ -213,13 +213,13 @@ def test_bf16_client_state_is_float32_engine_with_rounded_storage(linreg_rounds,
     wide = algorithms.get(name, linreg_loss, beta=0.1)
     state = narrow.init(params_from(theta0), num_clients=NUM_CLIENTS)
     ref = wide.init(params_from(theta0), num_clients=NUM_CLIENTS)
-    per_client = (state.client_params, state.client_state)
+    per_client = (state.ri_rows, state.client_state)
     assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(per_client))
     assert (sum(x.nbytes for x in jax.tree.leaves(per_client)) * 2
-            == sum(x.nbytes for x in jax.tree.leaves((ref.client_params, ref.client_state))))
+            == sum(x.nbytes for x in jax.tree.leaves((ref.ri_rows, ref.client_state))))
     for t, (ids, xs, ys, lr) in enumerate(linreg_rounds):
         key = jax.random.fold_in(jax.random.key(0), t)
-        ref = ref._replace(client_params=_bf16_rounded(ref.client_params),
+        ref = ref._replace(ri_rows=_bf16_rounded(ref.ri_rows),
                            client_state=_bf16_rounded(ref.client_state))
         state, got = narrow.apply(state, RoundInput(ids, (xs, ys), lr), key)
         ref, want = wide.apply(ref, RoundInput(ids, (xs, ys), lr), key)
@@ -231,8 +231,8 @@ def test_bf16_client_state_is_float32_engine_with_rounded_storage(linreg_rounds,
                                    np.asarray(_bf16_rounded(b), np.float32), rtol=rtol,
                                    atol=rtol / 10)
     # and it really is lossy: bf16 keeps 8 significant bits, float32 24
-    assert not np.array_equal(np.asarray(state.client_params["w"], np.float32),
-                              np.asarray(ref.client_params["w"]))
+    assert not np.array_equal(np.asarray(state.ri_rows["w"], np.float32),
+                              np.asarray(ref.ri_rows["w"]))
 
 
 @pytest.mark.parametrize("change, says", [
@@ -282,7 +282,7 @@ def test_donated_state_gives_the_same_rounds_and_is_consumed(linreg_rounds, thet
         old = b
         a, _ = plain.apply(a, RoundInput(ids, (xs, ys), lr), jax.random.key(t))
         b, _ = donating.apply(b, RoundInput(ids, (xs, ys), lr), jax.random.key(t))
-        assert old.client_params["w"].is_deleted()
+        assert old.ri_rows["w"].is_deleted()
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     assert not params["w"].is_deleted()

@@ -255,10 +255,10 @@ def test_momentum_offset_counts_the_real_clients(varying_rounds, theta0):
     ref = simulate("fedavg", theta0, NUM_CLIENTS, varying_rounds, beta=0.1,
                    ri_offset="momentum")
     np.testing.assert_allclose(flat(state.params), ref["w"], rtol=1e-5, atol=1e-6)
-    rows = np.concatenate([np.asarray(state.client_params["w"]),
-                           np.asarray(state.client_params["b"])[:, None]], axis=1)
+    rows = np.concatenate([np.asarray(state.ri_rows["w"]),
+                           np.asarray(state.ri_rows["b"])[:, None]], axis=1)
     np.testing.assert_allclose(rows, ref["w_local"], rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(flat(state.ri_momentum), ref["ri_m"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(flat(state.ri_state), ref["ri_state"], rtol=1e-5, atol=1e-6)
     for got, want in zip(history, ref["history"], strict=True):
         for name in ("train_loss", "divergence"):
             np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6)

@@ -512,7 +512,7 @@ def test_checkpoint_of_another_layout_is_refused_and_kept(tmp_path):
 
 
 def test_a_momentum_state_round_trips_and_a_flipped_value_is_caught(tmp_path):
-    """ri_momentum (left out of a checkpoint while empty) round-trips, verified by the
+    """ri_state (left out of a checkpoint while empty) round-trips, verified by the
     record's state digest; one changed value of the restored state fails the digest."""
     import jax.numpy as jnp
 
@@ -526,15 +526,15 @@ def test_a_momentum_state_round_trips_and_a_flipped_value_is_caught(tmp_path):
     params = {"w": jnp.ones(3)}
     momentum = algorithms.fedinit(loss, beta=0.1, ri_offset="momentum",
                                   first_visit="global").init(params, num_clients=4)
-    momentum = momentum._replace(ri_momentum={"w": jnp.arange(3.0)})
+    momentum = momentum._replace(ri_state={"w": jnp.arange(3.0)})
     saver = Checkpointer(str(tmp_path), log=lambda line: None)
     saver.save(4, momentum)
     entry = saver.metadata(4)["record"]
     restored = saver.load(4, momentum, entry)
-    np.testing.assert_array_equal(restored.ri_momentum["w"], [0.0, 1.0, 2.0])
+    np.testing.assert_array_equal(restored.ri_state["w"], [0.0, 1.0, 2.0])
     with pytest.raises(record.Damaged, match="differs from the one written"):
         saver.load(4, momentum, {**entry, "state": record.state_digest(
-            momentum._replace(ri_momentum={"w": jnp.arange(1.0, 4.0)}))})
+            momentum._replace(ri_state={"w": jnp.arange(1.0, 4.0)}))})
     saver.close()
 
 

@@ -85,6 +85,6 @@ def test_replicas_run_inside_a_users_jit_and_scan_with_separate_host_checks(linr
 def test_eval_shape_of_init_with_the_documented_recipe(theta0):
     algo = algorithms.scaffold(linreg_loss)
     shapes = jax.eval_shape(lambda p: algo.init(p, NUM_CLIENTS), params_from(theta0))
-    assert shapes.client_params["w"].shape == (NUM_CLIENTS, len(theta0) - 1)
+    assert shapes.ri_rows["w"].shape == (NUM_CLIENTS, len(theta0) - 1)
     with pytest.raises(ValueError, match=r"num_clients must be a Python int .* by closure"):
         jax.eval_shape(algo.init, params_from(theta0), NUM_CLIENTS)

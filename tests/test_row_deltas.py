@@ -104,11 +104,11 @@ def test_host_rows_grow_by_pages_never_copied(small_blocks):
     rows = store.gather(np.arange(20))
     store.scatter(np.arange(8), jax.tree.map(lambda x: x[:8], rows))
     first = store.pages[0]
-    new = rows._replace(client_params={"w": np.arange(60, dtype=np.float32).reshape(20, 3)})
+    new = rows._replace(ri_rows={"w": np.arange(60, dtype=np.float32).reshape(20, 3)})
     store.scatter(np.arange(20), new)
     assert store.pages[0] is first and [len(p) for p in store.pages] == [8, 8, 8]
-    np.testing.assert_array_equal(np.asarray(store.gather(np.arange(20)).client_params["w"]),
-                                  new.client_params["w"])
+    np.testing.assert_array_equal(np.asarray(store.gather(np.arange(20)).ri_rows["w"]),
+                                  new.ri_rows["w"])
     small = client_store.HostStore(algo, {"w": np.zeros(3, np.float32)}, num_clients=5)
     assert small.page_rows == 5  # never more rows than clients
 
@@ -160,7 +160,7 @@ def test_a_compacted_record_restores_every_checkpoints_rows(tmp_path, monkeypatc
         ids = np.sort(rng.choice(c, 4, replace=False))
         values = rng.normal(size=(4, 3)).astype(np.float32)
         store.scatter(ids, jax.tree.map(lambda x: x[:4], template)._replace(
-            client_params={"w": values}))
+            ri_rows={"w": values}))
         reference.update({int(i): v for i, v in zip(ids, values)})
         manifest = store.checkpoint(t)
         store.committed(t)
@@ -172,7 +172,7 @@ def test_a_compacted_record_restores_every_checkpoints_rows(tmp_path, monkeypatc
     for t, manifest, want in reversed(saved):  # a restore removes the later deltas
         again = make(f"again-{t}")
         again.restore(t, manifest)
-        got = np.asarray(again.gather(np.arange(c)).client_params["w"])
+        got = np.asarray(again.gather(np.arange(c)).ri_rows["w"])
         for i in range(c):
             np.testing.assert_array_equal(got[i], want.get(i, np.zeros(3, np.float32)))
         assert again.rows_held == len(want)

@@ -64,7 +64,7 @@ def test_the_contract(tmp_path, registered, name):
     assert client_store.implements(store, client_store.SharedStore) == (name == "disk")
     dense = algo.init(params, C)
     every = np.arange(C)
-    assert _equal(store.gather(every), (dense.client_params, dense.client_state,
+    assert _equal(store.gather(every), (dense.ri_rows, dense.client_state,
                                         dense.client_visited))  # never written: initial rows
     state = client_store.server_state(algo, params)
     rng = np.random.default_rng(0)
@@ -83,12 +83,12 @@ def test_the_contract(tmp_path, registered, name):
         if checkpointed and t == 1:
             manifest, after_two = store.checkpoint(2), store.gather(every)
             store.committed(2)
-    assert _equal(store.gather(every), (dense.client_params, dense.client_state,
+    assert _equal(store.gather(every), (dense.ri_rows, dense.client_state,
                                         dense.client_visited))
     held = int(np.asarray(dense.client_visited).sum())
     assert store.rows_held == (C if name == "device" else held)
     assert store.divergence_all(dense.params) == pytest.approx(
-        float(divergence_all(dense.client_params, dense.params)), rel=1e-6)
+        float(divergence_all(dense.ri_rows, dense.params)), rel=1e-6)
     if checkpointed:  # a new process's store, restored to round 2
         again = client_store.open_store(name, algo, params, C, str(tmp_path / "rows"))
         again.attach(str(tmp_path / "record"))

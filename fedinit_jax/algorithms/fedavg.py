@@ -57,7 +57,7 @@ def fedavg(loss_fn, *, server_lr: float = 1.0, server_optimizer=None, client_opt
       Algorithm 1 when clients return every round), "drift" (o_i = w^{tau_i} - w_i, the
       client's own last drift) or "momentum" (o_i = w^{tau_i + 1} - w_i + m^t: the server
       steps since the visit replaced by their expectation m^t, a decaying sum of w's steps
-      whose feedback gain is capped below 1; FedState.ri_momentum, one model-sized vector on
+      whose feedback gain is capped below 1; FedState.ri_state, one model-sized vector on
       the server) or "shared" (o_i = m^t, the same for every client: "momentum" without the
       client's own part, a server momentum the clients start from). An offset rule stores its
       row's part of o_i instead of w_i (same cost) and needs first_visit="global" (a first

@@ -1,5 +1,5 @@
 """Where the per-client state lives: a ClientStore gathers the cohort's rows before a round
-and scatters the new ones after; the round (algo.apply_cohort) reads and writes nothing
+and scatters the new ones after; the round (apply_cohort) reads and writes nothing
 else, so it costs what its N sampled clients cost, whatever the federation's size C.
 
     store = client_store.HostStore(algo, params, num_clients=1_000_000)
@@ -8,7 +8,8 @@ else, so it costs what its N sampled clients cost, whatever the federation's siz
         state, metrics = client_store.run_round(algo, state, store, round_input, key)
     delta = store.divergence_all(state.params)               # streams every row: eval rounds
 
-A row is one client's last local model w_i and its correction state (SCAFFOLD's c_i,
+A row is one client's RI row (its last local model w_i under Algorithm 1's rule, its
+offset under an offset rule: FedState.ri_rows) and its correction state (SCAFFOLD's c_i,
 FedDyn's h_i), in the runtime's storage dtype. Three places to keep them:
 
   DeviceStore  the [C, ...] tables of FedState on the device, gathered and scattered with
@@ -17,7 +18,8 @@ FedDyn's h_i), in the runtime's storage dtype. Three places to keep them:
   DiskStore    a zarr array on disk (tensorstore), one chunk per client row.
 
 HostStore and DiskStore are lazily materialised: a client never sampled has no row and
-reads as its initial one (w^0 and the correction's init state: Algorithm 1 line 1), so
+reads as its initial one (the offset rule's first row, w^0 under Algorithm 1's, and the
+correction's init state: Algorithm 1 line 1), so
 their memory grows with the clients ever sampled, not with C, and creating one costs
 nothing at any C. Every store gives the rounds of FedState's tables bit for bit
 (tests/test_client_store.py); Delta^t of a lazy store is summed exactly in float64, the
@@ -31,7 +33,7 @@ never sampled add (C - M) ||w^0 - w||^2 at once).
 import jax
 import numpy as np
 
-from fedinit_jax.builder import as_arrays
+from fedinit_jax.builder import apply_cohort, as_arrays
 from fedinit_jax.checks import check_inputs
 from fedinit_jax.client_store.contract import Checkpointed, ClientStore, SharedStore, implements
 from fedinit_jax.client_store.device import DeviceStore
@@ -58,7 +60,7 @@ def server_state(algo: FederatedAlgorithm, params) -> FedState:
     """algo.init's state without the [C, ...] client tables (None): what apply_cohort takes
     when a ClientStore holds the clients."""
     shapes = algo.init(params, 1)
-    return shapes._replace(client_params=None, client_state=None, client_visited=None)
+    return shapes._replace(ri_rows=None, client_state=None, client_visited=None)
 
 
 def run_round(algo: FederatedAlgorithm, state: FedState, client_rows, round_input: RoundInput,
@@ -87,7 +89,7 @@ def run_round(algo: FederatedAlgorithm, state: FedState, client_rows, round_inpu
     if jax.process_count() > 1:
         return run_round_processes(algo, state, client_rows, round_input, key, ids, real, read)
     cohort = client_rows.gather(read)
-    state, new_cohort, metrics = algo.apply_cohort(state, cohort, round_input, key,
+    state, new_cohort, metrics = apply_cohort(algo, state, cohort, round_input, key,
                                                    client_rows.num_clients)
     kept = np.flatnonzero(real)
     client_rows.scatter(ids[kept], jax.tree.map(lambda x: x[kept], new_cohort))

@@ -32,7 +32,7 @@ class ClientStore(Protocol):
         """The mean squared RI offset over all C clients given the global model w: the
         paper's Delta^t = (1/C) sum_C ||w_i - w||^2 where the rows are last local models
         (ri_offset="model"), else (1/C) sum_C ||e_i||^2 of the offsets the rule stores
-        (federated_round.offset_reference): what the binaries report."""
+        (its offset rule's measured_from, ri_offset.py): what the binaries report."""
 
     @property
     def rows_held(self) -> int:

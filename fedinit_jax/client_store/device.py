@@ -4,7 +4,7 @@ import jax.numpy as jnp
 
 from fedinit_jax import tree
 from fedinit_jax.client_store.rows import check_ids
-from fedinit_jax.federated_round import Cohort, divergence_all, offset_reference
+from fedinit_jax.federated_round import Cohort, divergence_all
 from fedinit_jax.types import FederatedAlgorithm
 
 __all__ = ["DeviceStore"]
@@ -17,7 +17,7 @@ class DeviceStore:
         state = algo.init(params, num_clients)
         self.num_clients = num_clients
         self.spec = algo.spec
-        self.tables = Cohort(state.client_params, state.client_state, state.client_visited)
+        self.tables = Cohort(state.ri_rows, state.client_state, state.client_visited)
         self._gather = jax.jit(tree.gather)
         self._scatter = jax.jit(tree.scatter, donate_argnums=0)
 
@@ -35,7 +35,7 @@ class DeviceStore:
         self.tables = self._scatter(self.tables, jnp.asarray(ids), rows)
 
     def divergence_all(self, w) -> float:
-        return float(divergence_all(self.tables.client_params, offset_reference(self.spec, w)))
+        return float(divergence_all(self.tables.ri_rows, self.spec.ri_offset.measured_from(w)))
 
     @property
     def rows_held(self) -> int:

@@ -6,6 +6,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from fedinit_jax import execution
+from fedinit_jax.builder import apply_cohort
 from fedinit_jax.client_store.contract import SharedStore, implements
 
 __all__ = ["run_round_processes"]
@@ -31,7 +32,7 @@ def run_round_processes(algo, state, client_rows, round_input, key, ids, real, r
     cohort = jax.tree.map(lambda x: jax.make_array_from_callback(
         (n, *x.shape[1:]), sharding, lambda index: x[at[np.arange(n)[index[0]]]]), local)
     client_rows.journal(ids[real])  # before the round's collectives, so before any write
-    state, new_cohort, metrics = algo.apply_cohort(state, cohort, round_input, key,
+    state, new_cohort, metrics = apply_cohort(algo, state, cohort, round_input, key,
                                                    client_rows.num_clients)
     kept = real[mine]
     client_rows.write_rows(ids[mine][kept], jax.tree.map(

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedinit_jax import row_deltas
-from fedinit_jax.federated_round import Cohort, initial_offset_row, offset_reference, to_storage
+from fedinit_jax.federated_round import Cohort, to_storage
 from fedinit_jax.types import FederatedAlgorithm
 
 __all__ = ["initial_row", "Layout", "check_ids", "LazyStore"]
@@ -22,7 +22,7 @@ def initial_row(algo: FederatedAlgorithm, params) -> Cohort:
     """One client's row before it is first sampled: w^0 and the correction's init state, in
     the runtime's storage dtype (leaves without the client axis; whether a client was
     sampled is its row's presence, not part of it)."""
-    return Cohort(to_storage(algo.runtime, initial_offset_row(algo.spec, params)),
+    return Cohort(to_storage(algo.runtime, algo.spec.ri_offset.first_row(params)),
                   to_storage(algo.runtime, algo.spec.correction.client.init(params)), None)
 
 
@@ -39,7 +39,7 @@ class Layout:
             raise ValueError(f"a client row's leaves must share one dtype, got {dtypes}")
         self.dtype = dtypes.pop()
         self.width = sum(self.sizes)
-        self.params_width = sum(math.prod(np.shape(x)) for x in jax.tree.leaves(row.client_params))
+        self.params_width = sum(math.prod(np.shape(x)) for x in jax.tree.leaves(row.ri_rows))
         self.initial = self.flatten(jax.tree.map(lambda x: np.asarray(x)[None], row))[0]
         # rows streamed at once (Delta^t): about row_deltas.BLOCK_BYTES, whatever the width
         self.block_rows = row_deltas.block_rows(self.width * self.dtype.itemsize)
@@ -156,7 +156,7 @@ class LazyStore(abc.ABC):
         does not depend on the order rows were written in, so a resumed run gives an
         uninterrupted run's value to the bit. The device tables' divergence_all sums in
         float32 and agrees to float32 rounding (~1e-6 relative)."""
-        w_flat = _flat_params(offset_reference(self.spec, w))
+        w_flat = _flat_params(self.spec.ri_offset.measured_from(w))
         held = self._held_ids()
         block = self.layout.block_rows
         terms = [self.layout.sq_dists(self._read_flat(held[s:s + block])[0], w_flat)

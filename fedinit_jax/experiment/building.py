@@ -149,7 +149,7 @@ def check_compiled_round(run_plan, algo, params, task) -> int:
     arguments)."""
     clients = run_plan.sampling.num_clients
     state = jax.eval_shape(lambda p: algo.init(p, clients), params)
-    compiled = algo.lower(state, first_round_input(run_plan, task),
+    compiled = algo.apply.lower(state, first_round_input(run_plan, task),
                                 jax.random.key(0)).compile()
     account = memory.round_memory(compiled)
     available = memory.available_memory()

@@ -27,7 +27,7 @@ __all__ = ["Checkpointer", "checkpoint_rounds", "read_metadata", "newest_metadat
 EVALUATION_ONLY = ("eval_seconds", "divergence_all")
 
 # FedState fields that a run's rule may leave empty (()): saved only when they hold something
-_SAVED_WHEN_USED = ("ri_momentum",)
+_SAVED_WHEN_USED = ("ri_state",)
 
 
 def _on_disk(state):

@@ -5,11 +5,11 @@ what follows from it alone (E|S|, the builder's arguments, the lr decay).
 The config is any mapping with the keys of experiments/configs/default.py (an ml_collections
 ConfigDict there); config.json records it resolved.
 """
-from fedinit_jax import algorithms, checks, client_store, data, execution, models
+from fedinit_jax import algorithms, checks, client_store, data, execution, models, ri_offset
 from fedinit_jax.checks import fail_config
 from fedinit_jax.experiment import schema, tasks, workdir
 from fedinit_jax.experiment.memory import check_client_arrays
-from fedinit_jax.federated_round import CLIENT_STATE_DTYPES, DELTA_FROM, FIRST_VISIT, RI_OFFSETS
+from fedinit_jax.federated_round import CLIENT_STATE_DTYPES, DELTA_FROM
 
 __all__ = ["OPTIONS", "read_recorded", "saved_config", "resolve", "AGGREGATIONS",
            "checked", "SEED_MAX", "MAX_CLIENTS", "accepted_hparams", "validate",
@@ -151,8 +151,12 @@ def validate(config) -> None:
                     "change nothing (use participation_mode=bernoulli, or leave it at "
                     "per_client)")
     _choice(config, "delta_from", DELTA_FROM)
-    _choice(config, "first_visit", FIRST_VISIT)
-    _choice(config, "ri_offset", RI_OFFSETS)
+    _choice(config, "first_visit", ri_offset.FIRST_VISIT)
+    _choice(config, "ri_offset", tuple(ri_offset.RULES))  # a registered rule
+    try:
+        ri_offset.rule(config["ri_offset"], config["first_visit"])
+    except ValueError as err:  # "ri_offset=... with first_visit=...: ...", as its flags
+        raise ValueError(f"config.{err}") from None
     _choice(config, "client_state_dtype", CLIENT_STATE_DTYPES)
     _choice(config, "execution", ("auto",) + execution.STRATEGIES)
     _choice(config, "aggregation", AGGREGATIONS)

@@ -176,7 +176,7 @@ def summary_line(ending, rows, start, rounds, seconds) -> str:
 def state_memory_line(state, num_clients):
     """The per-client state's size: C x (vectors per client) x d x bytes, and the total."""
     d = sum(int(x.size) for x in jax.tree.leaves(state.params))
-    leaves = jax.tree.leaves((state.client_params, state.client_state))
+    leaves = jax.tree.leaves((state.ri_rows, state.client_state))
     per_client = sum(x.nbytes for x in leaves) // num_clients
     itemsize = leaves[0].dtype.itemsize
     vectors = per_client // (itemsize * d) if d else 0

@@ -49,7 +49,7 @@ from fedinit_jax.experiment.stopping import (  # noqa: F401 (API)
     runaway,
 )
 from fedinit_jax.experiment.workdir import WorkdirBusy, WorkdirError, WriteError, read_metrics  # noqa: F401 (API)
-from fedinit_jax.federated_round import divergence_all, offset_reference
+from fedinit_jax.federated_round import divergence_all
 
 __all__ = ["run", "REQUEUE_EXIT", "NonFiniteError", "Stopped", "StopRequest", "WorkdirBusy",
            "WorkdirError", "WriteError", "finished_rounds", "make_workdir", "prepare_workdir",
@@ -267,7 +267,7 @@ def _evaluate(exp, state, clients) -> dict:
     t1 = time.perf_counter()
     row = {k: float(v) for k, v in exp.evaluate(state.params).items()}
     row["divergence_all"] = (float(divergence_all(
-        state.client_params, offset_reference(exp.algorithm.spec, state.params)))
+        state.ri_rows, exp.algorithm.spec.ri_offset.measured_from(state.params)))
         if clients is None else clients.divergence_all(state.params))
     row["eval_seconds"] = time.perf_counter() - t1
     return row
