@@ -1,4 +1,4 @@
-"""Disk held by a lazy client store's record (fedinit_jax/row_deltas.py) over a long run,
+"""Disk held by a lazy client store's record (fedinit_jax/deltas.py) over a long run,
 with and without compaction, for the Shakespeare paper preset's visits: 1,108 clients, 10
 drawn uniformly a round, a checkpoint every 100 rounds, the newest 2 kept (the binaries'
 default), 1,200 rounds.
@@ -21,15 +21,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedinit_jax import client_store, row_deltas
+from fedinit_jax import client_store
 from fedinit_jax.algorithms import fedavg
+from fedinit_jax.client_store import deltas
 
 WIDTH = 256
 
 
 def record(compact_after: float, args) -> list[tuple[int, int, int]]:
     """[(round, bytes of the record's deltas, rows held)] after each checkpoint."""
-    row_deltas.COMPACT_AFTER = compact_after
+    deltas.COMPACT_AFTER = compact_after
     algo = fedavg(lambda p, b: jnp.sum(p["w"]) * 0.0)
     rng = np.random.default_rng(0)
     out = []
@@ -46,9 +47,9 @@ def record(compact_after: float, args) -> list[tuple[int, int, int]]:
             if t % args.every == 0:
                 kept = [*kept, store.checkpoint(t)][-args.keep:]
                 store.committed(t)
-                row_deltas.remove_unreferenced(folder, kept)
-                size = sum(os.path.getsize(os.path.join(folder, row_deltas.delta_name(r)))
-                           for r in row_deltas.delta_rounds(folder))
+                deltas.remove_unreferenced(folder, kept)
+                size = sum(os.path.getsize(os.path.join(folder, deltas.delta_name(r)))
+                           for r in deltas.delta_rounds(folder))
                 out.append((t, size, store.rows_held))
     return out
 
@@ -61,7 +62,7 @@ def main():
     parser.add_argument("--every", type=int, default=100)
     parser.add_argument("--keep", type=int, default=2)
     args = parser.parse_args()
-    default = row_deltas.COMPACT_AFTER
+    default = deltas.COMPACT_AFTER
     plain, compacted = record(math.inf, args), record(default, args)
     row = WIDTH * 4
     print(f"C={args.clients}, {args.per_round} a round, a checkpoint every {args.every} rounds, "

@@ -1,4 +1,4 @@
-"""Host memory of a lazy client store's checkpoint and resume (fedinit_jax/row_deltas.py) for
+"""Host memory of a lazy client store's checkpoint and resume (fedinit_jax/deltas.py) for
 wide rows: the Shakespeare LSTM's w_i and c_i (SCAFFOLD), 2 x 820,522 float32 = 6.6 MB a
 client, where a checkpoint after 100 rounds of 10 clients holds ~600 of them (4 GB).
 
@@ -55,12 +55,12 @@ def _store(rows: int, folder: str):
 def _case(mode: str, rows: int, folder: str, queue) -> None:
     import jax
 
-    from fedinit_jax import row_deltas
+    from fedinit_jax.client_store import deltas
 
     store = _store(rows, folder)
     if mode == "restore":
-        manifest = {"format": row_deltas.FORMAT, "rows_held": rows,
-                    "deltas": [row_deltas.describe(folder, row_deltas.delta_name(1))]}
+        manifest = {"format": deltas.FORMAT, "rows_held": rows,
+                    "deltas": [deltas.describe(folder, deltas.delta_name(1))]}
         base = _rss("VmRSS")
         _reset_peak()
         store.restore(1, manifest)
@@ -80,7 +80,7 @@ def _case(mode: str, rows: int, folder: str, queue) -> None:
     else:
         buffer = io.BytesIO()
         np.savez(buffer, ids=ids, rows=store._read_flat(ids)[0], dtype=np.array("float32"))
-        with open(os.path.join(folder, "whole.npz"), "wb") as f:
+        with open(os.path.join(folder, "whole.npy"), "wb") as f:
             f.write(buffer.getvalue())
     queue.put((mode, _rss("VmHWM") - base, rows * store.layout.width * 4))
 

@@ -1,6 +1,6 @@
 """The runaway rule (fedinit_jax.experiment.stopping.runaway) on every committed run.
 
-For each results/**/metrics.jsonl: its rows / config.rounds, the round where the rule meets
+For each studies/**/runs/metrics.jsonl: its rows / config.rounds, the round where the rule meets
 its recorded train losses (or -), and the round where the rule before it (100x the lowest
 loss for 5 rounds) did. A run that reached config.rounds must read "-".
 
@@ -27,7 +27,7 @@ def first(rule, rows):
 
 
 def main():
-    runs = sorted(glob.glob(os.path.join(ROOT, "results", "**", "metrics.jsonl"),
+    runs = sorted(glob.glob(os.path.join(ROOT, "studies", "**", "metrics.jsonl"),
                             recursive=True))
     finished_hit, stopped = [], []
     print("| run | rows / rounds | today's rule | the rule before |\n|---|---|---|---|")
@@ -41,7 +41,7 @@ def main():
         if before:
             stopped.append((today, before))
         if today or before:
-            name = os.path.relpath(os.path.dirname(path), os.path.join(ROOT, "results"))
+            name = os.path.relpath(os.path.dirname(path), os.path.join(ROOT, "studies"))
             print(f"| {name} | {len(rows)} / {rounds} | {today or '-'} | {before or '-'} |")
     gaps = [b - t for t, b in stopped if t]
     print(f"\n{len(runs)} runs; finished runs the rule meets: {len(finished_hit)}; runs the rule "

@@ -1,4 +1,4 @@
-"""The cost of a client store's durable record (fedinit_jax/row_deltas.py): a checkpoint
+"""The cost of a client store's durable record (fedinit_jax/deltas.py): a checkpoint
 writes the rows changed since the previous one (a delta, its sha256 in the manifest), and a
 resume verifies every delta and rebuilds (host) or repairs (disk) the rows from their fold.
 

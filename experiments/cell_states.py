@@ -7,7 +7,6 @@ import os
 import socket
 
 from experiments.cli import one_line
-from experiments.grid import fingerprint
 
 
 def _status_path(results, name):
@@ -16,21 +15,14 @@ def _status_path(results, name):
 
 def recorded(results, name, config):
     """The status file of the cell, when it was written for this config (else {}): the
-    config it records, read as a config.json is (experiment.read_recorded), equals this one;
-    a status file that records only a digest (written before) matches the digest of this
-    config or of its schema-1 form."""
+    config it records, read as a config.json is (experiment.read_recorded), equals this one."""
     from fedinit_jax import experiment
-    from fedinit_jax.experiment import schema
 
     try:
         with open(_status_path(results, name)) as f:
             recorded = json.load(f)
-        if "run_config" in recorded:
-            same = experiment.read_recorded(recorded["run_config"]) == config
-        else:
-            same = recorded.get("config") in (fingerprint(config),
-                                               fingerprint(schema.as_version_1(config)))
-    except (OSError, ValueError, TypeError, AttributeError):
+        same = experiment.read_recorded(recorded["run_config"]) == config
+    except (OSError, ValueError, TypeError, AttributeError, KeyError):
         return {}
     return recorded if same else {}
 

@@ -3,7 +3,6 @@
 the --grid axes x seeds on top of the config."""
 import hashlib
 import json
-import os
 import re
 
 from absl import flags
@@ -106,30 +105,19 @@ def cells(base: dict):
         for field, value in ((ALPHA, alpha), *chosen.items()):
             config = with_field(config, field, value)
         config = experiment.checked(config)
-        yield _cell_name(config, natural, beta is None, chosen), config
+        yield _cell_name(config, natural, chosen), config
 
 
-def _cell_name(config, natural, default_beta, chosen=None) -> str:
-    """<algorithm>-<split>-beta<beta>-E<epochs>-<delta_from>-s<seed> with the resolved beta;
-    a default beta's folder named `betadefault` by earlier versions keeps its cell."""
+def _cell_name(config, natural, chosen=None) -> str:
+    """<algorithm>-<split>-beta<beta>-E<epochs>-<delta_from>[-<FIELD><value>...]-s<seed>,
+    with the resolved beta."""
     from fedinit_jax.experiment import tasks
 
     alpha = tasks.own_fields(config).get("dirichlet_alpha")  # the image family's
     split = natural or (f"dir{alpha:g}" if alpha is not None else config["dataset"])
-
     extra = "".join(f"-{field}{_name_part(value)}" for field, value in (chosen or {}).items())
-
-    def name(beta):
-        return (f"{config['algorithm']}-{split}-beta{beta}-E{config['local_epochs']}-"
-                f"{config['delta_from']}{extra}-s{config['seed']}")
-
-    resolved = name("default" if config["beta"] is None else format(config["beta"], "g"))
-    legacy = name("default")
-    if (default_beta and FLAGS.results
-            and not os.path.isdir(os.path.join(FLAGS.results, resolved))
-            and os.path.isdir(os.path.join(FLAGS.results, legacy))):
-        return legacy
-    return resolved
+    return (f"{config['algorithm']}-{split}-beta{format(config['beta'], 'g')}-"
+            f"E{config['local_epochs']}-{config['delta_from']}{extra}-s{config['seed']}")
 
 
 def _name_part(value) -> str:

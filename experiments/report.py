@@ -1,6 +1,6 @@
 """Regenerate the paper's tables and figures from result folders.
 
-    python -m experiments.report results/cpu_cifar10 --out /tmp/report [--window 5 --last 50]
+    python -m experiments.report studies/cpu_cifar10 --out /tmp/report [--window 5 --last 50]
 
 Writes Markdown tables to stdout and <out>/tables.md, and PNG figures to <out>:
   Table 4/5  test accuracy: moving average over `window` evaluations, max over the last `last`

@@ -15,8 +15,7 @@ ri_offset=next,momentum --grid first_visit=global`). Each cell is a workdir
 <results>/<algorithm>-dir<alpha>-beta<beta>-E<epochs>-<delta_from>[-<FIELD><value>...]-s<seed>
 (Shakespeare: -roles- instead of -dir<alpha>-, its partition is natural), named with the
 resolved values (no --betas: each algorithm's default beta, e.g. beta0.1 for FedInit, as
-config.json records it; a folder named `betadefault` by earlier versions is still that cell's
-workdir).
+config.json records it).
 
 A cell is in one of six states, the same in --list, the status files and the exit code:
 done, diverged (not rerun unless --rerun_diverged), failed (an error: its line says which),

@@ -127,7 +127,7 @@ def test_incremental_checkpoints_restore_exactly_after_a_kill(tmp_path, kind):
     again = make()
     again.restore(2, manifest)
     assert _equal(again.gather(np.arange(C)), after_two)
-    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["delta-2.npz"]
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["delta-2.npy"]
     state = state_two
     for inp, key in rounds[2:]:
         state, _ = client_store.run_round(algo, state, again, inp, key)

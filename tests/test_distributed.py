@@ -89,7 +89,7 @@ def test_two_processes_stop_together_resume_and_equal_one(tmp_path, one_process)
     assert 2 <= done < 12
     saved = sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit())
     assert saved[-1] == done  # the checkpoint holds every round the metrics hold
-    assert (tmp_path / "client_rows" / f"delta-{done}.npz").exists()  # and its rows
+    assert (tmp_path / "client_rows" / f"delta-{done}.npy").exists()  # and its rows
     info = json.load(open(tmp_path / "run_info.json"))
     assert info["num_processes"] == 2 and info["num_devices"] == 4
     assert info["client_store"] == "disk"

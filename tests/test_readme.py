@@ -21,7 +21,7 @@ def test_readme_python_example_runs(capsys):
 
 def test_readme_sample_output_is_the_committed_run_of_its_command():
     """docs/usage.md's CIFAR-10 sample output is the binary's own lines for the committed run
-    (results/readme_cifar10_sample), whose config.json is what the documented command resolves
+    (studies/readme_cifar10_sample), whose config.json is what the documented command resolves
     to with the current configs (a new or changed field fails here: rerun the command and
     commit the run again). Running it here would cost a CIFAR-10 decode and training."""
     import json
@@ -34,7 +34,7 @@ def test_readme_sample_output_is_the_committed_run_of_its_command():
                         r"\\\n(.*?)\n\n", text, re.S).group(1)
     overrides = dict(re.findall(r"--config\.(\w+)=(\S+)", command))
     preset = re.search(r"paper\.py:(\S+)", command).group(1)
-    sample = os.path.join(ROOT, "results", "readme_cifar10_sample")
+    sample = os.path.join(ROOT, "studies", "readme_cifar10_sample", "runs", "fedinit-s0")
     from fedinit_jax.experiment import resolve, saved_config
 
     want = resolve({**paper.get_config(preset).to_dict(),

@@ -184,42 +184,22 @@ def test_default_config_is_valid():
     experiment.validate(BASE)
 
 
-def _schema_1(config):
-    """config as schema 1 wrote config.json: no schema_version, no field added since, the
-    image family's fields top-level."""
-    old = {k: v for k, v in config.items()
-           if k not in schema.ADDED_IN_1 and k != schema.FIELD}
-    task = dict(old.pop("task"))
-    old.update(task.pop("images"))
-    return old
+def test_a_workdir_of_another_schema_is_refused_in_one_line(tmp_path):
+    """config.json of schema 2 (or none recorded): refused before any work, in one line
+    naming the file and the version; nothing in the workdir is changed."""
+    from fedinit_jax.experiment.workdir import WorkdirError
 
-
-def test_config_saved_before_a_field_existed_resumes_only_with_its_neutral_value(tmp_path):
-    workdir.write_json(str(tmp_path / "config.json"), _schema_1(experiment.resolve(BASE)))
-    (tmp_path / "metrics.jsonl").write_text('{"round": 1}\n')  # it holds a finished round
-    with pytest.raises(ValueError, match="client_state_dtype: 'float32' -> 'bfloat16'"):
-        simulation.prepare_workdir(str(tmp_path), {**BASE, "client_state_dtype": "bfloat16"})
-    simulation.prepare_workdir(str(tmp_path), BASE)  # float32 storage: as before, resumes
-    assert workdir.read_json(str(tmp_path / "config.json"))[schema.FIELD] == schema.VERSION
-
-
-def test_a_schema_1_config_reads_its_top_level_image_fields_as_task_images(tmp_path):
-    """Schema 1 held partition, dirichlet_alpha, ... top-level: such a run resumes under
-    task.images at its values (Dir-0.6 here) and is refused under another alpha; a config of
-    a schema newer than this code is refused by name."""
-    dir06 = experiment.resolve({**BASE, "task": {"images": {
-        **BASE["task"]["images"], "dirichlet_alpha": 0.6}}})
-    old = _schema_1(dir06)
-    assert old["dirichlet_alpha"] == 0.6 and "task" not in old
-    assert experiment.resolve(schema.upgrade(old)) == dir06
-    workdir.write_json(str(tmp_path / "config.json"), old)
-    (tmp_path / "metrics.jsonl").write_text('{"round": 1}\n')
-    with pytest.raises(ValueError, match="task.images.dirichlet_alpha: 0.6 -> 0.1"):
-        simulation.prepare_workdir(str(tmp_path), BASE)
-    simulation.prepare_workdir(str(tmp_path), dir06)
-    with pytest.raises(ValueError, match=f"schema_version=3: this fedinit_jax reads configs "
-                                         f"of schema 1..{schema.VERSION}"):
-        schema.upgrade({**dir06, schema.FIELD: 3})
+    config = experiment.resolve(BASE)
+    for version in (2, None):
+        recorded = {**config, schema.FIELD: version}
+        workdir.write_json(str(tmp_path / "config.json"), recorded)
+        (tmp_path / "metrics.jsonl").write_text('{"round": 1}\n')
+        with pytest.raises(WorkdirError) as refused:
+            simulation.prepare_workdir(str(tmp_path), BASE)
+        line = str(refused.value)
+        assert "\n" not in line and str(tmp_path / "config.json") in line
+        assert f"schema_version={version!r}: this fedinit_jax reads configs of schema 3" in line
+        assert workdir.read_json(str(tmp_path / "config.json")) == recorded
 
 
 # ------------------------------------------------------------------ data faults
@@ -617,14 +597,3 @@ def test_a_train_loss_that_runs_away_ends_the_run_diverged(tmp_path, monkeypatch
         simulation.run(quiet_config(rounds=8, eval_every=4), str(tmp_path), **QUIET)
     assert len(rows(tmp_path)) == 6
     assert "summary: diverged; round 6/8" in (tmp_path / "train.log").read_text()
-
-
-def test_a_schema_1_config_passed_as_todays_is_refused_not_read_with_the_default_split():
-    """A config.json of schema 1 handed to the run as if it were today's would lose its
-    top-level split fields silently: it is refused, naming the field and how to read it."""
-    old = _schema_1(experiment.resolve({**BASE, "task": {"images": {
-        **BASE["task"]["images"], "dirichlet_alpha": 0.6}}}))
-    with pytest.raises(ValueError, match=r"config.partition: a field of schema 1 \(today: "
-                                         r"config.task.images.partition\)"):
-        experiment.checked(old)
-    assert experiment.checked(schema.upgrade(old))["task"]["images"]["dirichlet_alpha"] == 0.6

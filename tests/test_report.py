@@ -13,11 +13,11 @@ from experiments.report import report
 def write_run(folder, algorithm, beta, seed, accuracies, seconds=1.0, rounds=None,
               extra=None, cpu="AMD EPYC", options=None):
     os.makedirs(folder)
-    config = {"algorithm": algorithm, "beta": beta, "seed": seed, "dataset": "toy",
-              "model": "mlp", "partition": "dirichlet", "dirichlet_alpha": 0.1,
+    config = {"schema_version": 3, "algorithm": algorithm, "beta": beta, "seed": seed,
+              "dataset": "toy", "model": "mlp", "task": {"images": {
+                  "partition": "dirichlet", "dirichlet_alpha": 0.1, "classes_per_client": 2}},
               "participation": 0.1, "num_clients": 100, "local_epochs": 1,
-              "delta_from": "global", "classes_per_client": 2,
-              "rounds": rounds or len(accuracies), **(options or {})}
+              "delta_from": "global", "rounds": rounds or len(accuracies), **(options or {})}
     json.dump(config, open(os.path.join(folder, "config.json"), "w"))
     json.dump({"num_params": 10, "clients_per_round": 10, "sessions": [
                    {"after_round": 0, "cpu": cpu, "cores": 2, "device": "cpu", "load": 0.5}],
@@ -81,21 +81,6 @@ def test_a_second_accuracy_gets_its_own_table(tmp_path):
     assert table.lstrip().startswith("| method |")
     assert f"| FedAvg | 45.00 ± {std:.2f} (n=2) |" in table
     assert "test_accuracy_x" not in text
-
-
-def test_a_field_added_later_at_its_old_value_is_no_variant(tmp_path):
-    """A config.json saved before `aggregation` existed is the same experiment as one that
-    wrote aggregation="uniform" (schema.ADDED_IN_1), not a variant; "size" is one."""
-    for name, seed, aggregation in (("old", 0, None), ("new", 1, "uniform"),
-                                    ("size", 2, "size")):
-        write_run(tmp_path / "r" / name, "fedavg", 0.0, seed, [0.1, 0.2])
-        if aggregation:
-            path = tmp_path / "r" / name / "config.json"
-            json.dump({**json.load(open(path)), "aggregation": aggregation}, open(path, "w"))
-    labels = sorted(results.method(r.config)
-                    for r in results.label_variants(results.find_runs([str(tmp_path / "r")])))
-    assert labels == ["FedAvg (aggregation=size)", "FedAvg (aggregation=uniform)",
-                      "FedAvg (aggregation=uniform)"]
 
 
 def test_rounds_to_target(two_folders):
@@ -225,12 +210,14 @@ def test_two_workdirs_of_one_run_keep_one_and_name_the_other(two_folders, tmp_pa
 
 
 def test_a_variant_in_a_familys_field_is_named_by_its_dotted_name(tmp_path):
-    """Two runs of one method and split that differ in the image family's client_noise
-    (recorded top-level by schema 1) are two experiments, named by the field's path."""
+    """Two runs of one method and split that differ in the image family's client_noise are
+    two experiments, named by the field's path."""
     for name, seed, noise in (("plain", 0, 0.0), ("noisy", 1, 0.1)):
         write_run(tmp_path / "r" / name, "fedavg", 0.0, seed, [0.1, 0.2])
         path = tmp_path / "r" / name / "config.json"
-        json.dump({**json.load(open(path)), "client_noise": noise}, open(path, "w"))
+        config = json.load(open(path))
+        config["task"]["images"]["client_noise"] = noise
+        json.dump(config, open(path, "w"))
     labels = sorted(results.method(r.config)
                     for r in results.label_variants(results.find_runs([str(tmp_path / "r")])))
     assert labels == ["FedAvg (task.images.client_noise=0.0)",

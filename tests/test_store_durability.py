@@ -1,4 +1,4 @@
-"""A client store as durable as the checkpoints beside it (fedinit_jax/row_deltas.py): a run
+"""A client store as durable as the checkpoints beside it (fedinit_jax/deltas.py): a run
 killed at any of the store's write positions, or whose store files are deleted, emptied or
 truncated after a kill, resumes to the metrics of an uninterrupted run byte for byte, or
 stops with one line naming the file (exit 2 in the binary); never a different run."""
@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from conftest import QUIET, quiet_config, rows, without_timing
 
-from fedinit_jax import client_store, row_deltas
+from fedinit_jax import client_store
+from fedinit_jax.client_store import deltas
 from fedinit_jax.experiment import simulation
 from fedinit_jax.experiment.checkpoint import Checkpointer
 
@@ -59,16 +60,16 @@ def _kill_in_round(monkeypatch, owner, name, round_number, half=False):
 
 def _cut_delta(monkeypatch, round_number):
     """The delta of checkpoint `round_number` dies half-written (its temporary file)."""
-    original = row_deltas.write_delta
+    original = deltas.write_delta
 
     def cut(folder, rounds_done, ids, rows_):
         if rounds_done != round_number:
             return original(folder, rounds_done, ids, rows_)
-        with open(os.path.join(folder, f".delta-{rounds_done}.npz.tmp{os.getpid()}"), "wb") as f:
+        with open(os.path.join(folder, f".delta-{rounds_done}.npy.tmp{os.getpid()}"), "wb") as f:
             f.write(b"PK\x03\x04 half a zip")
         raise Killed("delta write")
 
-    monkeypatch.setattr(row_deltas, "write_delta", cut)
+    monkeypatch.setattr(deltas, "write_delta", cut)
 
 
 def _at(point):
@@ -159,11 +160,11 @@ def _a_row_chunk(folder):
 DAMAGE = [  # (store, file under client_rows/, how, the file a refusal names or None)
     # the newest checkpoint's delta damaged: the one before (round 2) is whole, the run falls
     # back to it, naming the file
-    ("disk", "delta-4.npz", "truncate", None),
-    *[pytest.param("disk", "delta-4.npz", how, None, marks=SLOW)
+    ("disk", "delta-4.npy", "truncate", None),
+    *[pytest.param("disk", "delta-4.npy", how, None, marks=SLOW)
       for how in ("delete", "empty")],
-    ("disk", "delta-2.npz", "delete", "delta-2.npz"),
-    ("disk", "", "delete", "delta-2.npz"),  # the whole client_rows/
+    ("disk", "delta-2.npy", "delete", "delta-2.npy"),
+    ("disk", "", "delete", "delta-2.npy"),  # the whole client_rows/
     *[("disk", "store/rows/<chunk>", how, None) for how in ("delete", "truncate")],
     pytest.param("disk", "store/rows/<chunk>", "empty", None, marks=SLOW),
     ("disk", "store/rows/.zarray", "empty", None),
@@ -172,10 +173,10 @@ DAMAGE = [  # (store, file under client_rows/, how, the file a refusal names or 
     pytest.param("disk", "store/present/0", "delete", None, marks=SLOW),
     ("disk", "store/present/.zarray", "empty", None),
     ("disk", "store", "delete", None),
-    ("host", "delta-4.npz", "empty", None),
-    *[pytest.param("host", "delta-4.npz", how, None, marks=SLOW)
+    ("host", "delta-4.npy", "empty", None),
+    *[pytest.param("host", "delta-4.npy", how, None, marks=SLOW)
       for how in ("delete", "truncate")],
-    ("host", "", "delete", "delta-2.npz"),
+    ("host", "", "delete", "delta-2.npy"),
 ]
 
 
@@ -217,7 +218,7 @@ def test_a_fallback_to_an_older_checkpoint_restores_its_rows(tmp_path, killed, u
     simulation.run(_config(store), str(workdir), log=logged.append, progress=False)
     assert "resumed from the checkpoint after round 2" in logged
     assert without_timing(rows(workdir)) == uninterrupted
-    assert sorted(row_deltas.delta_rounds(str(workdir / "client_rows"))) == [2, 4, 6]
+    assert sorted(deltas.delta_rounds(str(workdir / "client_rows"))) == [2, 4, 6]
 
 
 @pytest.mark.parametrize("store", [pytest.param("host", marks=SLOW), "disk"])
@@ -229,20 +230,19 @@ def test_bfloat16_rows_resume(tmp_path, store):
     simulation.run(config, str(tmp_path / "run"), **QUIET)
     simulation.run(config, str(tmp_path / "straight"), **QUIET)
     assert without_timing(rows(tmp_path / "run")) == without_timing(rows(tmp_path / "straight"))
-    ids, deltas = row_deltas.read_delta(str(tmp_path / "run" / "client_rows"), "delta-4.npz",
+    ids, held = deltas.read_delta(str(tmp_path / "run" / "client_rows"), "delta-4.npy",
                                         "bfloat16")
-    assert deltas.dtype.name == "bfloat16" and ids.size
+    assert held.dtype.name == "bfloat16" and ids.size
 
 
 def test_temporaries_of_cut_writes_are_not_deltas(tmp_path):
-    """A kill or a full disk during a delta write leaves a temporary file (this version's, or
-    the `delta-3.npz.tmp<pid>.npz` of earlier ones, which every rerun parsed as a round):
-    never taken for a delta, removed when the store is attached."""
-    for name in ("delta-3.npz.tmp123.npz", ".delta-6.npz.tmp9", "delta-2.npz"):
+    """A kill or a full disk during a delta write leaves a temporary file: never taken for a
+    delta, removed when the store is attached."""
+    for name in (".delta-6.npy.tmp9", "delta-2.npy"):
         (tmp_path / name).write_bytes(b"x")
-    assert row_deltas.delta_rounds(str(tmp_path)) == [2]
-    row_deltas.remove_temporaries(str(tmp_path))
-    assert sorted(os.listdir(tmp_path)) == ["delta-2.npz"]
+    assert deltas.delta_rounds(str(tmp_path)) == [2]
+    deltas.remove_temporaries(str(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == ["delta-2.npy"]
 
 
 def test_a_failed_row_write_is_a_failed_write(tmp_path, monkeypatch):
@@ -272,19 +272,19 @@ def test_a_compacting_record_resumes_exactly_and_keeps_only_what_checkpoints_nam
     kept: killed after checkpoint 4's snapshot but before its server state, or after its
     commit but before the deltas no checkpoint names are deleted, the rerun equals an
     uninterrupted run, and the record ends as the last checkpoint's snapshot alone."""
-    monkeypatch.setattr(row_deltas, "COMPACT_AFTER", 0.5)
+    monkeypatch.setattr(deltas, "COMPACT_AFTER", 0.5)
     config = _config(store, keep_checkpoints=1)
     folder = str(tmp_path / "client_rows")
     if kill:
         with pytest.raises(Killed):
             simulation.run(config, str(tmp_path), fault=_at(kill), **QUIET)
         # before the commit the snapshot is not named yet; after it, delta-2 is left over
-        assert row_deltas.delta_rounds(folder) == [2, 4]
+        assert deltas.delta_rounds(folder) == [2, 4]
     simulation.run(config, str(tmp_path), **QUIET)
     assert without_timing(rows(tmp_path)) == uninterrupted
-    assert row_deltas.delta_rounds(folder) == [6]
+    assert deltas.delta_rounds(folder) == [6]
     manifest = Checkpointer(str(tmp_path), keep=1).client_rows(6)
-    assert [entry["file"] for entry in manifest["deltas"]] == ["delta-6.npz"]
-    with np.load(os.path.join(folder, "delta-6.npz")) as snapshot:  # every row held
-        assert snapshot["ids"].size == len(set(snapshot["ids"].tolist())) == manifest[
-            "rows_held"] > 4
+    assert [entry["file"] for entry in manifest["deltas"]] == ["delta-6.npy"]
+    snapshot = np.load(os.path.join(folder, "delta-6.npy"))  # every row held
+    assert snapshot["id"].size == len(set(snapshot["id"].tolist())) == manifest[
+        "rows_held"] > 4

@@ -1,6 +1,6 @@
-"""The committed CPU CIFAR-10 study (results/cpu_cifar10): complete, and the tables of
+"""The committed CPU CIFAR-10 study (studies/cpu_cifar10): complete, and the tables of
 docs/study.md are exactly what experiments/report.py regenerates from it (no training here);
-the authors' configuration (results/cpu_cifar10_authors_e5): all 9 cells finished, and its
+the authors' configuration (studies/cpu_cifar10_authors_e5): all 9 cells finished, and its
 committed report's tables are the regenerated ones."""
 import itertools
 import json
@@ -12,25 +12,30 @@ import pytest
 from experiments.report import report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(ROOT, "results", "cpu_cifar10")
+RESULTS = os.path.join(ROOT, "studies", "cpu_cifar10", "runs")
 # the study's report options: eval every 5 of 60 rounds; window 3 evaluations, last 10%
 WINDOW, LAST = 3, 6
 SEEDS = (0, 1, 2)
 
 
+def _beta(alg):
+    """An algorithm's default beta as its cells' names hold it."""
+    return "0.1" if alg == "fedinit" else "0"
+
+
 def _cells():
-    """Every cell results/cpu_cifar10/run_study.sh runs (its sweep cell names)."""
+    """Every cell studies/cpu_cifar10/run.sh runs (its sweep cell names)."""
     names = []
     for alg, alpha in itertools.product(("fedavg", "fedinit", "fedadam", "fedsam"), (0.1, 0.6)):
-        names.append(f"{alg}-dir{alpha:g}-betadefault-E1-global")
+        names.append(f"{alg}-dir{alpha:g}-beta{_beta(alg)}-E1-global")
     for alg, alpha in itertools.product(("scaffold", "feddyn", "fedcm"), (0.1, 0.6)):
         names += [f"{alg}-dir{alpha:g}-beta{beta:g}-E1-global" for beta in (0, 0.1)]
         names.append(f"{alg}-dir{alpha:g}-beta0.1-E1-start")
-    names += [f"fedinit-dir{alpha:g}-betadefault-E1-start" for alpha in (0.1, 0.6)]
+    names += [f"fedinit-dir{alpha:g}-beta0.1-E1-start" for alpha in (0.1, 0.6)]
     names += [f"fedavg-dir0.1-beta{b:g}-E1-global" for b in (-0.2, -0.1, 0.05, 0.2)]
     cells = [f"{n}-s{s}" for n in names for s in SEEDS]
     for epochs in (2, 5):  # global vs start across local epochs
-        cells += [f"{alg}-dir0.1-betadefault-E{epochs}-{delta}-s{s}" for alg, delta in
+        cells += [f"{alg}-dir0.1-beta{_beta(alg)}-E{epochs}-{delta}-s{s}" for alg, delta in
                   (("fedavg", "global"), ("fedinit", "global"), ("fedinit", "start"))
                   for s in SEEDS]
     return cells
@@ -46,7 +51,7 @@ def _finished_config(folder):
     """The cell's config.json, once its metrics.jsonl is checked to hold rounds 1..rounds."""
     from fedinit_jax.experiment import saved_config
 
-    config = saved_config(os.path.join(folder, "config.json"))  # fields added since: as before
+    config = saved_config(os.path.join(folder, "config.json"))
     rows = [json.loads(line) for line in open(os.path.join(folder, "metrics.jsonl"))]
     assert [r["round"] for r in rows] == list(range(1, config["rounds"] + 1)), folder
     return config
@@ -92,17 +97,17 @@ def test_authors_preset_is_the_authors_configuration():
         cpu_cifar10.get_config("gpu")
 
 
-AUTHORS = os.path.join(ROOT, "results", "cpu_cifar10_authors_e5")
+AUTHORS = os.path.join(ROOT, "studies", "cpu_cifar10_authors_e5", "runs")
 
 
 def test_committed_authors_cells_finished_with_the_preset():
-    """Every cell results/cpu_cifar10_authors_e5/run_study.sh runs is committed, ran all its
+    """Every cell studies/cpu_cifar10_authors_e5/run.sh runs is committed, ran all its
     rounds, and differs from the preset only in the cell's own fields."""
     from experiments.configs import cpu_cifar10
     from fedinit_jax.experiment import resolve
 
     preset = cpu_cifar10.get_config("authors_e5").to_dict()
-    expected = {f"{alg}-dir0.1-betadefault-E5-{delta}-s{s}" for s in SEEDS
+    expected = {f"{alg}-dir0.1-beta{_beta(alg)}-E5-{delta}-s{s}" for s in SEEDS
                 for alg, delta in (("fedavg", "global"), ("fedinit", "global"),
                                    ("fedinit", "start"))}
     committed = [n for n in os.listdir(AUTHORS)
@@ -113,21 +118,20 @@ def test_committed_authors_cells_finished_with_the_preset():
         want = resolve({**preset, "algorithm": config["algorithm"]})  # its defaults
         differ = {k for k in preset if k in config and config[k] != want[k]}  # rounds too
         assert differ <= {"algorithm", "delta_from", "seed"}, (name, differ)
-        assert name == (f"{config['algorithm']}-dir0.1-betadefault-E5-{config['delta_from']}"
-                        f"-s{config['seed']}")
+        assert name == (f"{config['algorithm']}-dir0.1-beta{_beta(config['algorithm'])}-E5-"
+                        f"{config['delta_from']}-s{config['seed']}")
 
 
 def test_authors_report_tables_are_the_regenerated_ones(tmp_path):
-    """report/tables.md's accuracy and with/without-RI tables are what its run_study.sh's
+    """report/tables.md's accuracy and with/without-RI tables are what its run.sh's
     report command regenerates from the committed cells."""
     text = report([AUTHORS], str(tmp_path), window=WINDOW, last=LAST, with_figures=False)
-    _assert_accuracy_tables_in(text, open(os.path.join(AUTHORS, "report", "tables.md")).read())
+    _assert_accuracy_tables_in(text, open(os.path.join(AUTHORS, os.pardir, "report", "tables.md")).read())
 
 
 def test_the_study_script_sees_its_committed_cells_done():
-    """The main grid of run_study.sh, listed by the sweep on the committed folder: every
-    cell done (exit 0), found under its `betadefault` name from before names recorded the
-    resolved beta, and done by its metrics (no checkpoint is committed)."""
+    """The main grid of run.sh, listed by the sweep on the committed folder: every
+    cell done (exit 0) by its metrics (no checkpoint is committed)."""
     import subprocess
     import sys
 
@@ -140,5 +144,4 @@ def test_the_study_script_sees_its_committed_cells_done():
     assert listed.returncode == 0, listed.stdout + listed.stderr
     lines = [line.split("\t") for line in listed.stdout.splitlines()]
     assert len(lines) == 8 and all(state == "done" for _, _, state in lines), lines
-    assert all("-betadefault-" in name and os.path.isdir(os.path.join(RESULTS, name))
-               for _, name, _ in lines), lines
+    assert all(os.path.isdir(os.path.join(RESULTS, name)) for _, name, _ in lines), lines

@@ -1,5 +1,5 @@
-"""The committed cross-device studies (results/cross_device_*): the tables of
-docs/study_cross_device.md are exactly what results/cross_device_report.py regenerates from
+"""The committed cross-device studies (studies/cross_device_*): the tables of
+docs/study_cross_device.md are exactly what experiments/cross_device_report.py regenerates from
 the committed cells (no training here), every cell's seed is its folder's, and the report's
 reading of how a run ended follows the runaway rule."""
 import importlib.util
@@ -14,16 +14,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(ROOT, "docs", "study_cross_device.md")
 # each study folder with the report options its table in the doc was made with
 STUDIES = (
-    ("cross_device_cifar10/dir0.1", dict(target=0.45, window=3, last=100, drift=200)),
-    ("cross_device_cifar10/dir0.6", dict(target=0.45, window=3, last=100)),
-    ("cross_device_synthetic", dict(target=0.6, window=3, last=50)),
-    ("cross_device_shakespeare", dict(target=0.5, window=1, last=50, rounds=300, drift=50)),
+    ("cross_device_cifar10/runs/dir0.1", dict(target=0.45, window=3, last=100, drift=200)),
+    ("cross_device_cifar10/runs/dir0.6", dict(target=0.45, window=3, last=100)),
+    ("cross_device_synthetic/runs", dict(target=0.6, window=3, last=50)),
+    ("cross_device_shakespeare/runs", dict(target=0.5, window=1, last=50, rounds=300, drift=50)),
 )
 
 
 def _report_module():
     spec = importlib.util.spec_from_file_location(
-        "cross_device_report", os.path.join(ROOT, "results", "cross_device_report.py"))
+        "cross_device_report", os.path.join(ROOT, "experiments", "cross_device_report.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -34,7 +34,7 @@ def test_doc_tables_are_the_regenerated_ones(folder, options):
     options = dict(options)
     drift = options.pop("drift", None)
     report = _report_module()
-    text, groups = report.table(os.path.join(ROOT, "results", folder), **options)
+    text, groups = report.table(os.path.join(ROOT, "studies", folder), **options)
     assert text in open(DOC).read(), text.splitlines()[2]
     if drift:
         drift_text = report.drift_table(groups, drift)
@@ -60,7 +60,7 @@ def test_a_run_from_before_the_runaway_rule_ends_where_the_rule_stops_it(tmp_pat
         path = tmp_path / "study" / name
         path.mkdir(parents=True)
         config = json.load(open(os.path.join(
-            ROOT, "results", "cross_device_cifar10", "dir0.1", "fedavg-s0", "config.json")))
+            ROOT, "studies", "cross_device_cifar10", "runs", "dir0.1", "fedavg-s0", "config.json")))
         (path / "config.json").write_text(json.dumps({**config, "rounds": 20}))
         (path / "metrics.jsonl").write_text("".join(
             json.dumps({"round": r + 1, "train_loss": x, "test_accuracy": 0.1})

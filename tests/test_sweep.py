@@ -222,25 +222,19 @@ def test_a_grid_over_any_config_field(tmp_path):
         assert refused.returncode == 2 and says in refused.stderr, refused.stderr
 
 
-def test_a_cells_status_speaks_for_its_config_across_schema_versions(tmp_path):
+def test_a_cells_status_speaks_for_its_config_only(tmp_path):
     """A status file records the cell's config (read as config.json is): it speaks for that
-    config only; one written by schema 1 (a digest of its form: image fields top-level) still
-    speaks for the same cell, so a diverged cell stays diverged after the upgrade."""
+    config only, and one that records none speaks for no cell."""
     from experiments.cell_states import cell_state, record, recorded
-    from experiments.grid import fingerprint
     from fedinit_jax import experiment
-    from fedinit_jax.experiment import schema
 
     config = experiment.checked(quiet_config())
     record(str(tmp_path), "a", config, "diverged", "round 3")
     assert recorded(str(tmp_path), "a", config)["state"] == "diverged"
     assert recorded(str(tmp_path), "a", {**config, "local_lr": 0.05}) == {}
     assert cell_state(str(tmp_path), "a", config) == ("diverged", "round 3")
-    legacy = {"state": "diverged", "detail": "round 5",
-              "config": fingerprint(schema.as_version_1(config))}
-    (tmp_path / "sweep_status" / "b.json").write_text(json.dumps(legacy))
-    assert cell_state(str(tmp_path), "b", config) == ("diverged", "round 5")
-    assert cell_state(str(tmp_path), "b", {**config, "seed": 1}) == ("not started", "")
+    (tmp_path / "sweep_status" / "b.json").write_text(json.dumps({"state": "diverged"}))
+    assert cell_state(str(tmp_path), "b", config) == ("not started", "")
 
 
 def test_grid_values_none_and_paths():

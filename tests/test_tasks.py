@@ -11,7 +11,7 @@ import pytest
 from conftest import QUIET, ROOT, quiet_config
 
 from fedinit_jax import experiment
-from fedinit_jax.experiment import schema, simulation, tasks
+from fedinit_jax.experiment import simulation, tasks
 
 
 def _docs_family():
@@ -88,10 +88,7 @@ def test_a_familys_own_fields_are_checked_and_old_synthetic_configs_resolve():
     with pytest.raises(ValueError, match="config.task.synthetic.beta=-1.0"):
         experiment.validate(quiet_config(dataset="synthetic", model="linear",
                                          task={"synthetic": {"alpha": 1.0, "beta": -1.0}}))
-    old = {k: v for k, v in quiet_config(dataset="synthetic").items() if k != "task"}
-    old.update(dict(quiet_config()["task"]["images"]), dirichlet_alpha=0.5, category_noise=2.0)
     new = quiet_config(dataset="synthetic", task={"synthetic": {"alpha": 0.5, "beta": 2.0}})
-    assert experiment.resolve(schema.upgrade(old)) == experiment.resolve(new)
     assert experiment.resolve(new)["task"] == {"synthetic": {"alpha": 0.5, "beta": 2.0}}
     assert experiment.resolve(quiet_config())["task"] == {  # digits: the image family's
         "images": dict(quiet_config()["task"]["images"])}

@@ -13,8 +13,8 @@ The paper's 10%-of-100-clients setting (Section 5.1) on the real CIFAR-10, scale
   * no flip/crop augmentation (a regulariser for long training; here every run underfits);
   * evaluation every 5 rounds on the whole test split, one XLA CPU device (at this size a
     second device does not speed a round up).
-Round and evaluation times: results/cpu_cifar10 (train_seconds, eval_seconds per row).
-results/cpu_cifar10/run_study.sh runs the whole grid with experiments/sweep.py.
+Round and evaluation times: studies/cpu_cifar10 (train_seconds, eval_seconds per row).
+studies/cpu_cifar10/run.sh runs the whole grid with experiments/sweep.py.
 
 Preset `authors_e5` (`--config experiments/configs/cpu_cifar10.py:authors_e5`): the authors'
 configuration at full model width, where their code and this library can be compared curve
@@ -22,7 +22,7 @@ by curve: the reference CNN at width 1 (their LeNet: conv5x5 64 - conv5x5 64 - f
 fc 192 - fc 10), Bernoulli participation (each of the 100 clients with probability 0.1, as
 their simulator), 5 local epochs, flip + crop augmentation; the rest as above (Dir-0.1, batch
 50, lr 0.1 x 0.998^t, wd 1e-3, clip 10, 60 rounds, test accuracy every 5 rounds).
-results/cpu_cifar10_authors_e5/run_study.sh runs FedAvg and FedInit (beta 0.1) under both
+studies/cpu_cifar10_authors_e5/run.sh runs FedAvg and FedInit (beta 0.1) under both
 delta_from, 3 seeds.
 """
 from experiments.configs import default

@@ -10,7 +10,7 @@ sampled and its state kept in host memory from its first visit (client_store=hos
 FedInit with first_visit="global": in 100 rounds of 100 out of 10^6 clients nearly every
 sampled client is new, and Algorithm 1's first visit (from w + beta (w - w^0)) would carry
 its offset into w every round (docs/algorithms.md, "First visit"). The runs of the three
-methods are in results/cross_device (their commands and numbers in its README). What that
+methods are in studies/cross_device (their commands and numbers in its README). What that
 preset measures is cost: each Synthetic(1, 1) client labels with its own random model and the
 test clients are never sampled, so its test accuracy is chance by construction (10.7-10.9 %
 for every method); it cannot tell methods apart.

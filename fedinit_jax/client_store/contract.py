@@ -42,7 +42,7 @@ class ClientStore(Protocol):
 @runtime_checkable
 class Checkpointed(ClientStore, Protocol):
     """A store whose rows outlive the process through incremental checkpoints (the binaries'
-    resume; fedinit_jax/row_deltas.py): HostStore, DiskStore."""
+    resume; fedinit_jax/client_store/deltas.py): HostStore, DiskStore."""
 
     folder: str | None
 

@@ -6,8 +6,8 @@ import shutil
 
 import numpy as np
 
-from fedinit_jax import row_deltas
 from fedinit_jax.checks import require
+from fedinit_jax.client_store import deltas
 from fedinit_jax.client_store.rows import LazyStore, check_ids
 from fedinit_jax.federated_round import Cohort
 from fedinit_jax.types import FederatedAlgorithm
@@ -70,7 +70,7 @@ class DiskStore(LazyStore):
                 return self._ts.open(spec, create=True, open=True).result()
             except ValueError as err:
                 if not anew_if_damaged:
-                    raise row_deltas.StoreDamaged(
+                    raise deltas.StoreDamaged(
                         f"{os.path.join(self.path, name)}: cannot be opened as this "
                         f"store's array ({str(err).splitlines()[0][:160]})") from None
                 shutil.rmtree(os.path.join(self.path, name), ignore_errors=True)
@@ -129,7 +129,7 @@ class DiskStore(LazyStore):
         try:
             return self._repair(names)
         except ValueError as err:  # tensorstore's read errors: a damaged chunk or array
-            if isinstance(err, row_deltas.StoreDamaged):
+            if isinstance(err, deltas.StoreDamaged):
                 raise
             shutil.rmtree(self.path, ignore_errors=True)
             self._open_arrays()

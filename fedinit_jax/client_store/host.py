@@ -9,7 +9,7 @@ __all__ = ["HostStore"]
 
 class HostStore(LazyStore):
     """Rows in host memory (numpy), created when a client is first sampled, in pages of
-    about row_deltas.BLOCK_BYTES (layout.block_rows rows, at most C): a new client never
+    about deltas.BLOCK_BYTES (layout.block_rows rows, at most C): a new client never
     copies the rows already held, so memory is the rows held rounded up to one page (a
     doubled array would hold up to twice them, and both while it grows). On GPU/TPU a gather
     is one host-to-device transfer of the cohort's N rows; the rows are ordinary (pageable)

@@ -1,6 +1,6 @@
 """What the lazy stores share (HostStore, DiskStore): a row as one flat vector, rows
 created when first written, reads of the others as the initial row, Delta^t streamed, and
-the incremental checkpoints of fedinit_jax/row_deltas.py. A lazy backend subclasses LazyStore
+the incremental checkpoints of fedinit_jax/deltas.py. A lazy backend subclasses LazyStore
 (calling its __init__) and implements its four abstract methods: _read_flat(ids),
 _write_flat(ids, flat), _held_ids(), _rebuild(delta names)."""
 import abc
@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedinit_jax import row_deltas
+from fedinit_jax.client_store import deltas
 from fedinit_jax.federated_round import Cohort, to_storage
 from fedinit_jax.types import FederatedAlgorithm
 
@@ -41,8 +41,8 @@ class Layout:
         self.width = sum(self.sizes)
         self.params_width = sum(math.prod(np.shape(x)) for x in jax.tree.leaves(row.ri_rows))
         self.initial = self.flatten(jax.tree.map(lambda x: np.asarray(x)[None], row))[0]
-        # rows streamed at once (Delta^t): about row_deltas.BLOCK_BYTES, whatever the width
-        self.block_rows = row_deltas.block_rows(self.width * self.dtype.itemsize)
+        # rows streamed at once (Delta^t): about deltas.BLOCK_BYTES, whatever the width
+        self.block_rows = deltas.block_rows(self.width * self.dtype.itemsize)
 
     def flatten(self, rows: Cohort) -> np.ndarray:
         """[N, ...] leaves -> [N, width]."""
@@ -88,9 +88,9 @@ class LazyStore(abc.ABC):
     """What HostStore and DiskStore share: rows created when first written, reads of the
     others as the initial row, Delta^t streamed, and incremental checkpoints.
 
-    Checkpoints (the binaries' resume, exact after a kill at any moment; row_deltas.py):
+    Checkpoints (the binaries' resume, exact after a kill at any moment; deltas.py):
     attach(folder) names the folder of the store's record; checkpoint(t) writes the rows
-    written since the previous checkpoint as folder/delta-<t>.npz and returns the manifest
+    written since the previous checkpoint as folder/delta-<t>.npy and returns the manifest
     of checkpoint t (every delta up to t, with sizes and sha256), which the caller commits
     with the server state (the orbax checkpoint); committed(t) starts the next delta;
     restore(t, manifest) brings the rows back to round t whatever the working copy holds:
@@ -177,26 +177,23 @@ class LazyStore(abc.ABC):
             self._written.update(self._held_ids().tolist())
             self._wrote_unattached = False
         os.makedirs(folder, exist_ok=True)
-        row_deltas.remove_temporaries(folder)
-        legacy = os.path.join(folder, "journal")  # the id journal of earlier versions
-        if os.path.exists(legacy):
-            os.remove(legacy)
+        deltas.remove_temporaries(folder)
         self.folder = folder
 
     def checkpoint(self, rounds_done: int) -> dict:
-        """Write folder/delta-<rounds_done>.npz, the rows written since the previous
-        checkpoint, or every row held when the deltas outgrow them (row_deltas.compacts: a
+        """Write folder/delta-<rounds_done>.npy, the rows written since the previous
+        checkpoint, or every row held when the deltas outgrow them (deltas.compacts: a
         snapshot, the manifest's one delta), streamed block by block
-        (row_deltas.write_delta). Returns the manifest of this checkpoint (row_deltas.py),
+        (deltas.write_delta). Returns the manifest of this checkpoint (deltas.py),
         to be saved with its server state."""
         held = self._recorded | self._written
-        snapshot = row_deltas.compacts(self._entries, len(self._written), len(held))
+        snapshot = deltas.compacts(self._entries, len(self._written), len(held))
         ids = np.array(sorted(held if snapshot else self._written), np.int64)
-        entry = row_deltas.write_delta(self.folder, rounds_done, ids,
+        entry = deltas.write_delta(self.folder, rounds_done, ids,
                                        lambda some: self._read_flat(some)[0])
         self._entries = [entry] if snapshot else [*self._entries, entry]
         self._recorded = held
-        return {"format": row_deltas.FORMAT, "deltas": list(self._entries),
+        return {"format": deltas.FORMAT, "deltas": list(self._entries),
                 "rows_held": len(self._recorded)}
 
     def committed(self, rounds_done: int) -> None:
@@ -206,28 +203,27 @@ class LazyStore(abc.ABC):
         self._written = set()
 
     def restore(self, rounds_done: int, manifest: dict | None = None) -> None:
-        """The rows as they were after round rounds_done (0: none written), from the
-        checkpoint's manifest (None: a checkpoint saved before manifests, or none), whatever
-        the working copy holds. StoreDamaged (a ValueError) naming the file when a delta
-        the checkpoint needs is missing or damaged."""
-        if manifest is None and rounds_done == 0:
-            names = []
-        else:
-            names = row_deltas.entries(self.folder, manifest, rounds_done)
+        """The rows as they were after round rounds_done, from the checkpoint's manifest
+        (None with rounds_done 0: no row written), whatever the working copy holds.
+        StoreDamaged (a ValueError) naming the file when a delta the checkpoint needs is
+        missing or damaged, or naming the checkpoint when it records no manifest."""
+        if manifest is None and rounds_done:
+            raise deltas.StoreDamaged(f"{self.folder}: the checkpoint after round "
+                                      f"{rounds_done} records no client-store manifest")
+        names = [] if manifest is None else deltas.entries(self.folder, manifest, rounds_done)
         held = self._rebuild(names)
         if manifest is not None and held != manifest["rows_held"]:
-            raise row_deltas.StoreDamaged(
+            raise deltas.StoreDamaged(
                 f"{self.folder}: its deltas hold {held} clients' rows, the checkpoint after "
                 f"round {rounds_done} recorded {manifest['rows_held']}")
-        row_deltas.remove_after(self.folder, rounds_done)
-        self._entries = (list(manifest["deltas"]) if manifest is not None else
-                         [row_deltas.describe(self.folder, name) for name in names])
+        deltas.remove_after(self.folder, rounds_done)
+        self._entries = [] if manifest is None else list(manifest["deltas"])
         self._written = set()
 
     def _folded(self, names):
-        """The fold of the deltas `names` (row_deltas.newest_first), noting its ids."""
+        """The fold of the deltas `names` (deltas.newest_first), noting its ids."""
         self._recorded = set()
-        for ids, rows in row_deltas.newest_first(self.folder, names, self.layout.dtype):
+        for ids, rows in deltas.newest_first(self.folder, names, self.layout.dtype):
             self._recorded.update(ids.tolist())
             yield ids, rows
 

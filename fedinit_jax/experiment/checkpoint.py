@@ -26,16 +26,6 @@ __all__ = ["Checkpointer", "checkpoint_rounds", "read_metadata", "newest_metadat
 # fields of an evaluation round only (besides test_*): resume.resume trims them from a row
 EVALUATION_ONLY = ("eval_seconds", "divergence_all")
 
-# FedState fields that a run's rule may leave empty (()): saved only when they hold something
-_SAVED_WHEN_USED = ("ri_state",)
-
-
-def _on_disk(state):
-    """The dict of state's fields as a checkpoint holds them: a field of _SAVED_WHEN_USED left
-    out while it is empty (())."""
-    return {k: v for k, v in state._asdict().items()
-            if not (k in _SAVED_WHEN_USED and isinstance(v, tuple) and not v)}
-
 
 class Checkpointer:
     """Save / restore FedStates under <workdir>/checkpoints, keeping the newest `keep`.
@@ -72,16 +62,16 @@ class Checkpointer:
     def save(self, rounds_done: int, state, config=None, client_rows=None, rows=(),
              client_store=None) -> None:
         """The state after `rounds_done` rounds, with its step metadata: `config` (the run's,
-        JSON), `client_rows` (a client store's manifest: fedinit_jax/row_deltas.py) and the
+        JSON), `client_rows` (a client store's manifest: fedinit_jax/client_store/deltas.py) and the
         record (record.py) of the state, of `rows` (the metrics rows 1..rounds_done) and of
         `client_store`, committed with the state (saved_config, record)."""
         metadata = {k: v for k, v in (("config", config), ("client_rows", client_rows))
                     if v is not None}
         metadata["record"] = record_lib.make(rounds_done,
-                                             record_lib.state_digest(_on_disk(state)),
+                                             record_lib.state_digest(state._asdict()),
                                              list(rows), trimmed, client_store)
         metadata["record"]["sha256"] = record_lib.metadata_digest(metadata)
-        self._manager.save(rounds_done, args=ocp.args.StandardSave(_on_disk(state)), force=True,
+        self._manager.save(rounds_done, args=ocp.args.StandardSave(state._asdict()), force=True,
                            custom_metadata=metadata)
         self._manager.wait_until_finished()
 
@@ -100,7 +90,7 @@ class Checkpointer:
 
     def manifests(self) -> list:
         """The client store's manifest of every kept checkpoint (None where a checkpoint has
-        none): what row_deltas.remove_unreferenced keeps."""
+        none): what deltas.remove_unreferenced keeps."""
         return [self.client_rows(step) for step in self._manager.all_steps()]
 
     def load(self, rounds_done: int, like, record: dict):
@@ -112,7 +102,7 @@ class Checkpointer:
         (a flipped bit) or it holds non-finite values; WorkdirError (nothing moved) when it
         is whole but of another state layout."""
         path = os.path.join(self.directory, str(rounds_done))
-        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _on_disk(like))
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like._asdict())
         try:
             restored = self._manager.restore(rounds_done,
                                              args=ocp.args.StandardRestore(abstract))

@@ -22,9 +22,9 @@ OPTIONS = ("delta_from", "weight_decay", "clip_norm", "first_visit", "ri_offset"
 
 def read_recorded(recorded) -> dict:
     """A config as it was recorded (config.json, a checkpoint's metadata, a sweep's status
-    file) in today's form (schema.upgrade: every value as recorded, fields added since at
-    their "as before" value), resolved: what resuming it means, and what a report compares."""
-    return resolve(schema.upgrade(recorded))
+    file), resolved: what resuming it means, and what a report compares. ValueError when it
+    was recorded under another schema (schema.check)."""
+    return resolve(schema.check(recorded))
 
 
 def saved_config(path: str) -> dict:
@@ -70,8 +70,8 @@ def resolve(config) -> dict:
     default (beta 0.1 for FedInit, 0 for the others), lr_decay None at the algorithm's
     paper decay. Hyperparameters the algorithm does not take stay None (not applicable).
     `task` holds the fields of the config's own dataset family only, at their values
-    (tasks.own_fields), and schema_version the schema (schema.stamp; a recorded config is
-    read through schema.upgrade first). A config already resolved, or of an unknown
+    (tasks.own_fields), and schema_version the schema (schema.stamp: a config of another
+    schema is refused). A config already resolved, or of an unknown
     algorithm (refused later), is returned as it is."""
     config = schema.stamp(config)
     if "dataset" in config:

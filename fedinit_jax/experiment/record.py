@@ -1,7 +1,7 @@
 """A checkpoint's record: what proves a restored checkpoint to be the one that was written.
 
 Saved in the step's metadata (orbax's _CHECKPOINT_METADATA, its custom_metadata) beside the
-run's config and the client store's manifest (fedinit_jax/row_deltas.py):
+run's config and the client store's manifest (fedinit_jax/client_store/deltas.py):
 
     {"format": 1, "round": t, "client_store": "host",
      "state": sha256 of the server state's checksums (state_digest),

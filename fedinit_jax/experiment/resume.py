@@ -7,7 +7,8 @@ is used and the rounds after it recomputed bit for bit (simulation.py's module d
 """
 import os
 
-from fedinit_jax import experiment, row_deltas
+from fedinit_jax import experiment
+from fedinit_jax.client_store import deltas
 from fedinit_jax.experiment import checkpoint as checkpoint_lib
 from fedinit_jax.experiment import record as record_lib
 from fedinit_jax.experiment import workdir as workdir_lib
@@ -113,7 +114,7 @@ def resume(checkpointer, state, config, workdir, log, rows_folder=None):
     A checkpoint is used when its metadata matches its record, the metrics rows up to its
     round are the rows it recorded, its state matches its digest and, with a client store
     (rows_folder: its record's folder), every delta its manifest names is whole
-    (record.py, row_deltas.verify). Past one that is not, the previous one is used, the
+    (record.py, deltas.verify). Past one that is not, the previous one is used, the
     rounds after it recomputed (bit for bit: simulation.py's module doc) and the passed-over
     checkpoints moved aside, each named with why. Rows already written are never dropped for
     want of a checkpoint: a run whose rows cover config.rounds, as its newest readable record
@@ -187,8 +188,8 @@ def _verified(checkpointer, step, like, written, workdir, rows_folder):
             raise record_lib.Damaged(f"the checkpoint after round {step} has no manifest of "
                                      "the clients' rows")
         try:
-            row_deltas.verify(rows_folder, manifest, step)
-        except row_deltas.StoreDamaged as err:
+            deltas.verify(rows_folder, manifest, step)
+        except deltas.StoreDamaged as err:
             raise record_lib.Damaged(str(err).split(": the checkpoint after")[0]) from None
     return state, manifest
 

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedinit_jax import client_store, data, experiment, row_deltas
+from fedinit_jax import client_store, data, experiment
 from fedinit_jax.checks import check_round_input, check_state
 from fedinit_jax.experiment import distributed, outputs, stopping
 from fedinit_jax.experiment import workdir as workdir_lib
@@ -277,7 +277,7 @@ def _checkpoint(run_: _Run, rounds_done, state, rows):
     """The checkpoint after `rounds_done`: a client store's rows first (process 0 writes
     their delta and its manifest), then the server state with the manifest, then the store
     told that the checkpoint is committed, then the deltas no kept checkpoint names
-    deleted (row_deltas.remove_unreferenced; a kill before or during it leaves files the
+    deleted (client_store.deltas.remove_unreferenced; a kill before or during it leaves files the
     next checkpoint deletes)."""
     clients, checkpointer, fault = run_.clients, run_.checkpointer, run_.fault
     keeps_rows = clients is not None and run_.primary  # process 0's record
@@ -296,7 +296,7 @@ def _checkpoint(run_: _Run, rounds_done, state, rows):
         clients.committed(rounds_done)
         fault("checkpoint_committed", rounds_done)
         with workdir_lib.reporting(clients.folder):
-            row_deltas.remove_unreferenced(clients.folder, checkpointer.manifests())
+            client_store.deltas.remove_unreferenced(clients.folder, checkpointer.manifests())
 
 
 def _refuse_non_finite(row, last_checkpoint) -> None:

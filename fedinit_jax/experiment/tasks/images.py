@@ -9,6 +9,10 @@ Its own fields (FIELDS), under config.task.images whatever the image dataset:
     client_noise        client-based RGB strength (data/noise.py, the paper's Section 5.1)
     category_noise      category-based brightness (data/noise.py)
     augment             flip + padded crop of every local batch (CIFAR; off for 8x8 digits)
+    validation          the fraction of the training split held out before it is partitioned
+                        (one fixed draw, the same for every seed) and evaluated next to the
+                        test split as val_accuracy / val_loss: what tuning selects by, the
+                        test split untouched; 0: none
 """
 from types import MappingProxyType
 
@@ -19,12 +23,16 @@ from fedinit_jax import checks, data, losses, models
 from fedinit_jax.checks import fail_config
 from fedinit_jax.experiment.tasks import IMAGES, AbstractRound, Family, Task, own_fields
 
-__all__ = ["FIELDS", "PARTITIONS", "EMBEDDED", "CHANNEL_STATS", "SHAPES", "load_split",
-           "partition", "model", "steps", "build", "check", "abstract", "channel_stats", "FAMILY"]
+__all__ = ["FIELDS", "PARTITIONS", "VALIDATION_SEED", "EMBEDDED", "CHANNEL_STATS", "SHAPES",
+           "load_split", "held_out", "evaluator", "partition", "model", "steps", "build",
+           "check", "abstract", "channel_stats", "FAMILY"]
 
 FIELDS = MappingProxyType({"partition": "dirichlet", "dirichlet_alpha": 0.1,
                            "classes_per_client": 2, "client_noise": 0.0,
-                           "category_noise": 0.0, "augment": False})
+                           "category_noise": 0.0, "augment": False, "validation": 0.0})
+# the held-out draw of `validation`: the dataset's, not the run's (every seed and method is
+# tuned on the same examples)
+VALIDATION_SEED = 20211
 PARTITIONS = ("iid", "dirichlet", "pathological")
 
 EMBEDDED = {"digits": data.load_digits}
@@ -49,6 +57,29 @@ def load_split(config, split):
         return EMBEDDED[name](split)
     return data.load(name, split, data_dir=config["data_dir"] or None,
                      cache_dir=config["cache_dir"] or None)
+
+
+def held_out(num_examples: int, fraction: float):
+    """(training indices, validation indices): round(fraction n) examples drawn once
+    (VALIDATION_SEED) from the n of the training split, both sorted."""
+    order = np.random.default_rng(VALIDATION_SEED).permutation(num_examples)
+    size = round(fraction * num_examples)
+    return np.sort(order[size:]), np.sort(order[:size])
+
+
+def evaluator(net, test, validation, mean, std):
+    """params -> {'test_accuracy', 'test_loss'} on the test split, with 'val_accuracy' and
+    'val_loss' on the held-out examples when there are any."""
+    on_test = losses.make_evaluator(net.apply, *test, mean, std)
+    if validation is None:
+        return on_test
+    on_validation = losses.make_evaluator(net.apply, *validation, mean, std)
+
+    def evaluate(params):
+        return {**on_test(params), **{f"val_{k.removeprefix('test_')}": v
+                                      for k, v in on_validation(params).items()}}
+
+    return evaluate
 
 
 def partition(config, labels):
@@ -80,6 +111,11 @@ def build(config) -> Task:
     own = own_fields(config)
     train_x, train_y, num_classes = load_split(config, "train")
     test_x, test_y, _ = load_split(config, "test")
+    validation = None
+    if own["validation"]:
+        kept, held = held_out(len(train_y), own["validation"])
+        validation = (train_x[held], train_y[held])
+        train_x, train_y = train_x[kept], train_y[kept]
     if config["num_clients"] > len(train_y):
         fail_config("num_clients", config["num_clients"],
                     f"more clients than the {len(train_y)} training samples")
@@ -104,7 +140,7 @@ def build(config) -> Task:
 
     return Task(round_batches, np.full(config["num_clients"], shard_size),
                 losses.classification_loss(net.apply, mean, std, augment=own["augment"]),
-                losses.make_evaluator(net.apply, test_x, test_y, mean, std), net,
+                evaluator(net, (test_x, test_y), validation, mean, std), net,
                 train_x.shape[1:], num_classes, steps(config, shard_size),
                 train_x[0].nbytes + train_y[0].nbytes + 8)
 
@@ -119,6 +155,7 @@ def check(config) -> None:
                         integer=True)
     for name in ("client_noise", "category_noise"):
         checks.check_number(f"config.{_field(name)}", own[name], 0.0)
+    checks.check_number(f"config.{_field('validation')}", own["validation"], 0.0, 0.5)
     if not isinstance(own["augment"], bool):
         fail_config(_field("augment"), own["augment"], "must be true or false")
     if config["model"] in models.SEQUENCE_MODELS:
@@ -134,6 +171,7 @@ def abstract(config, slots: int) -> AbstractRound:
         raise ValueError(f"dataset {config['dataset']!r}: its shapes are not known without "
                          f"loading it (known: {', '.join(SHAPES)})")
     size, classes, example = SHAPES[config["dataset"]]
+    size -= len(held_out(size, own_fields(config)["validation"])[1])
     net = model({**config, "conv": "xla"}, classes)  # the conv form does not change shapes
     channels = example[-1]  # the statistics do not change the shapes
     loss = losses.classification_loss(net.apply, [0.5] * channels, [0.25] * channels,

@@ -1,0 +1,24 @@
+# The set-up shared by the study scripts (studies/*/run.sh): sourced, never run.
+#   source "$(dirname "$0")/../common.sh" CONFIG "$@"    (the script's own arguments:
+#                                                         [RESULTS_DIR [--config.FIELD=VALUE ...]])
+# Sets $out: RESULTS_DIR, by default a fresh folder, so the committed results are never
+# overwritten or silently reused (pass the committed studies/<name>/runs to extend it); changes to the
+# repository root; sets $py: the project's venv Python unless PYTHON is set; defines
+#   sweep ARGS...   experiments.sweep of CONFIG into $out (the extra arguments to every sweep;
+#                   a diverged cell does not stop the study)
+#   report [ARGS]   the folder's tables and figures (Markdown and PNGs) into $out/report
+#                   (into studies/<name>/report for the committed studies/<name>/runs)
+#                   (ARGS: experiments.report flags, e.g. --window 3 --last 6 for 60 rounds)
+study_config=$1
+study_name=$(basename "$(dirname "$(realpath "$0")")")
+out=$(realpath -m "${2:-$(mktemp -d "${TMPDIR:-/tmp}/$study_name.XXXXXX")}")
+extra=("${@:3}")
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+py=${PYTHON:-.venv/bin/python}
+[ -x "$py" ] || { echo "error: $py not found: run the README's install command first, or set PYTHON" >&2; exit 2; }
+echo "results: $out"
+# a diverged cell (exit 3) is a result of the study: the next sweep goes on
+sweep() { "$py" -m experiments.sweep --config "$study_config" --results "$out" "$@" "${extra[@]}" || [ $? -eq 3 ]; }
+report_dir="$out/report"
+[ "$(basename "$out")" = runs ] && report_dir="$(dirname "$out")/report"
+report() { "$py" -m experiments.report "$out" --out "$report_dir" "$@"; echo "report: $report_dir"; }
