@@ -112,6 +112,10 @@ def unique(runs, dropped=None) -> list[Run]:
 
 
 def beta_of(config) -> float:
+    """The run's RI beta (its algorithm's default when unset); 0 for an algorithm whose
+    beta is its own hyperparameter, not RI (takes_ri: FedACG)."""
+    if not takes_ri(config):
+        return 0.0
     if config.get("beta") is not None:
         return float(config["beta"])
     return float(algorithms.REGISTRY[config["algorithm"]].defaults.get("beta", 0.0))
@@ -148,9 +152,16 @@ def rule_options(config) -> list[str]:
     defaults = entry.defaults if entry is not None else {}
     for name, default in defaults.items():
         value = config.get(name)
-        if name != "beta" and value is not None and value != default:
+        if (name != "beta" or not takes_ri(config)) and value is not None and value != default:
             parts.append(f"{name}={value:g}")
     return parts
+
+
+def takes_ri(config) -> bool:
+    """Whether the run's algorithm takes an RI rule (its beta is "+RI"): FedACG's beta is
+    its own lookahead weight, a hyperparameter like any other."""
+    entry = algorithms.REGISTRY.get(config["algorithm"])
+    return entry is None or "ri_offset" in entry.options
 
 
 def bracketed(options) -> str:

@@ -44,6 +44,6 @@ def state_costs(algo: FederatedAlgorithm, params) -> StateCosts:
     state = jax.eval_shape(lambda p: algo.init(p, 1), params)
     d = _elements(state.params)
     client = (state.ri_rows, state.client_state)
-    server = (state.params, state.server_state, state.server_opt_state)
+    server = (state.params, state.server_state, state.server_opt_state, state.ri_state)
     return StateCosts(d, _elements(client) // d, _elements(server) // d, _bytes(client),
                       _bytes(server))

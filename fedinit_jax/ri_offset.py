@@ -7,10 +7,10 @@ Relaxed initialization (paper Algorithm 1 line 6) starts client i from
 and an OffsetRule says what o_i is: Algorithm 1's o_i = w - w_i ("model", the row keeps the
 client's last local model w_i), or one of the cross-device departures whose row keeps an
 offset instead ("next", "drift", "momentum", "shared"; docs/algorithms.md, "Clients that
-return late"). A rule may keep a state on the server (FedState.ri_state: m^t of "momentum"
-and "shared"; () for the others). The round calls the rule and compares no name
-(federated_round.py); `register` adds a rule, and every builder and binary then takes its
-name as `ri_offset`. `first_visit="global"` is a variant of Algorithm 1's rule
+return late"; "lookahead", FedACG's start). A rule may keep a state on the server
+(FedState.ri_state: m^t of "momentum", "shared" and "lookahead"; () for the others). The
+round calls the rule and compares no name (federated_round.py); `register` adds a rule, and
+every builder and binary then takes its name as `ri_offset`. `first_visit="global"` is a variant of Algorithm 1's rule
 (`with_first_visit`): a client never sampled starts from w, not w + beta (w - w^0).
 
 A rule's functions are pure and take float32 pytrees; `rows` and `w_end` carry a leading
@@ -29,7 +29,7 @@ Params = Any  # a pytree of arrays
 
 __all__ = ["OffsetStep", "OffsetRule", "RULES", "FIRST_VISIT", "RI_MAX_GAIN", "register",
            "rule", "with_first_visit", "momentum_decay", "MODEL", "NEXT", "DRIFT", "MOMENTUM",
-           "SHARED"]
+           "SHARED", "LOOKAHEAD"]
 
 FIRST_VISIT = ("init", "global")
 # ri_offset="momentum": the largest feedback gain beta gamma / (1 - gamma) of m^t (below 1, so
@@ -143,7 +143,18 @@ SHARED = MOMENTUM._replace(
     offset=lambda w, rows, visited, m: jax.tree.map(
         lambda o, mk: jnp.broadcast_to(mk[None], o.shape), rows, m))
 
-RULES: dict[str, OffsetRule] = {r.name: r for r in (MODEL, NEXT, DRIFT, MOMENTUM, SHARED)}
+
+def _last_step(m, step: OffsetStep):
+    """m^{t+1} = w^{t+1} - w^t, the server's last step."""
+    return jax.tree.map(jnp.subtract, step.w_new, step.w)
+
+
+# o_i = m^t = w^t - w^{t-1}, the server's last step, the same for every client: FedACG's
+# lookahead start w + lambda m^t (Kim et al. 2024; algorithms/fedacg.py), lambda = beta
+LOOKAHEAD = SHARED._replace(name="lookahead", update=_last_step)
+
+RULES: dict[str, OffsetRule] = {r.name: r for r in (MODEL, NEXT, DRIFT, MOMENTUM, SHARED,
+                                                     LOOKAHEAD)}
 
 
 def register(new: OffsetRule) -> OffsetRule:

@@ -86,8 +86,14 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
     never sampled starts from w). Returns "w_local" as the stored rows: w_i ("model") or
     o_i, "ri_state" the rule's server state; divergence_all is (1/C) sum ||o_i||^2 under
     each.
+    fedacg (Kim et al. 2024): start w + beta m (beta its lambda), the pull mu (x - start)
+    added to the gradient before clipping, m <- beta m + mean_S(progress), w <- w + m; its
+    rows keep w^{t+1} - w_iK.
     """
     rule = OFFSET_RULES[ri_offset] if isinstance(ri_offset, str) else ri_offset
+    acg = alg == "fedacg"
+    if acg:
+        rule = OFFSET_RULES["next"]  # what FedACG's rows keep (Delta^t); its start is below
     sam = alg in ("fedsam", "fedspeed", "fedgamma", "mofedsam")
     dyn = alg in ("feddyn", "fedspeed", "fedsmoo")
     scaf = alg in ("scaffold", "fedgamma")
@@ -103,13 +109,14 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
     mu_i = [np.zeros_like(w) for _ in range(num_clients)]
     s = np.zeros_like(w)
     ri_state = rule.init(w)
+    m_acg = np.zeros_like(w)  # FedACG's server momentum, its clients' shared offset
     history = []
     clipped = []  # per local step: was the gradient clipped?
     for ids, xs, ys, lr in rounds:
         num_steps = xs.shape[1]
         ends, deltas, progresses, new_ci, losses = [], [], [], {}, []
         for n, i in enumerate(ids):
-            start = w + beta * rule.offset(w, rows[i], ri_state)
+            start = w + beta * (m_acg if acg else rule.offset(w, rows[i], ri_state))
             x = start.copy()
             dual = mu_i[i].copy()
             u = np.zeros_like(x)
@@ -133,6 +140,8 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
                     pull = lam
                 elif cm:
                     g = alpha * g + (1 - alpha) * d
+                elif acg:
+                    g = g + mu * (x - start)
                 elif alg == "fedprox":
                     g = g - mu * start
                     pull = mu
@@ -169,6 +178,9 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
             w = w + server_lr * m / (np.sqrt(v) + eps)
         elif dyn:
             w = np.mean(ends, axis=0) + np.mean(h_i, axis=0)
+        elif acg:
+            m_acg = beta * m_acg + mean_progress
+            w = w + m_acg
         else:
             w = w + server_lr * mean_delta
         if alg == "fedsmoo":
@@ -191,5 +203,5 @@ def simulate(alg, theta0, num_clients, rounds, *, beta=0.0, delta_from="global",
         })
     return {"w": w, "w_local": np.stack(rows), "c": c, "c_i": np.stack(c_i),
             "h_i": np.stack(h_i), "d": d, "mu_i": np.stack(mu_i), "s": s, "m": m, "v": v,
-            "ri_state": ri_state, "history": history,
+            "ri_state": m_acg if acg else ri_state, "history": history,
             "clipped_steps": int(np.sum(clipped)), "steps": len(clipped)}

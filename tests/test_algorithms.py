@@ -113,10 +113,12 @@ def test_unknown_algorithm():
         algorithms.get("fedfoo", linreg_loss)
 
 
-@pytest.mark.parametrize("name", list(algorithms.REGISTRY))
+@pytest.mark.parametrize("name", [name for name, entry in algorithms.REGISTRY.items()
+                                  if "ri_offset" in entry.options])
 def test_every_registered_algorithm_starts_clients_from_the_relaxed_initialization(name):
-    """+RI is the `beta` of every builder: a client whose last model w_i differs from w starts
-    its first local step at w + beta (w - w_i) (Algorithm 1 line 6), recorded in the loss."""
+    """+RI is the `beta` of every builder that takes an RI rule (FedACG's start is its own,
+    the lookahead): a client whose last model w_i differs from w starts its first local step
+    at w + beta (w - w_i) (Algorithm 1 line 6), recorded in the loss."""
     starts = []
 
     def recording_loss(params, batch, key):
@@ -359,12 +361,12 @@ def test_a_seventh_offset_rule_plugs_in(tmp_path, monkeypatch, theta0, linreg_ro
         return jax.tree.map(lambda a, b, r: jnp.broadcast_to(a - b, r.shape), w, s, rows)
 
     monkeypatch.setattr(ri_offset, "RULES", dict(ri_offset.RULES))
-    ri_offset.register(ri_offset.NEXT._replace(name="lookahead", offset=ahead,
+    ri_offset.register(ri_offset.NEXT._replace(name="average", offset=ahead,
                                                init=lambda p: p, update=halfway))
     reference = NumpyRule(first_row=np.zeros_like, offset=lambda w, row, s: w - s,
                           stored=lambda w_old, w_new, end: w_new - end, init=np.copy,
                           update=lambda s, w_old, w_new, *_: 0.5 * (s + w_new))
-    algo = algorithms.fedinit(linreg_loss, beta=0.3, ri_offset="lookahead", first_visit="global",
+    algo = algorithms.fedinit(linreg_loss, beta=0.3, ri_offset="average", first_visit="global",
                               clip_norm=None, weight_decay=None)
     state, _ = run(algo, theta0, linreg_rounds)
     ref = simulate("fedavg", theta0, NUM_CLIENTS, linreg_rounds, beta=0.3, ri_offset=reference)
@@ -372,11 +374,35 @@ def test_a_seventh_offset_rule_plugs_in(tmp_path, monkeypatch, theta0, linreg_ro
         np.testing.assert_allclose(flat(got), want, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(np.concatenate([np.asarray(state.ri_rows["w"]), np.asarray(
         state.ri_rows["b"])[:, None]], axis=1), ref["w_local"], rtol=1e-5, atol=1e-6)
-    config = quiet_config(algorithm="fedinit", beta=0.1, ri_offset="lookahead",
+    config = quiet_config(algorithm="fedinit", beta=0.1, ri_offset="average",
                           first_visit="global", checkpoint_every=2)
     done = simulation.run(config, str(tmp_path), **QUIET)
     assert [r["round"] for r in done] == [1, 2, 3, 4]
     assert all(np.isfinite(r["train_loss"]) for r in done)
+
+
+@pytest.mark.parametrize("beta, mu, clip", [(0.85, 0.1, 1.0), (0.5, 0.0, None)])
+def test_fedacg_matches_the_numpy_reference(beta, mu, clip, theta0, linreg_rounds):
+    """FedACG (Kim et al. 2024): w_i0 = w + lambda m, the proximal pull mu (w_k - w_i0)
+    before clipping, m <- lambda m + mean_S(p_i), w <- w + m, against the plain-numpy loop:
+    w, m (FedState.ri_state), the rows, every round's metrics. Its fixed options are
+    refused by name."""
+    algo = algorithms.fedacg(linreg_loss, beta=beta, mu=mu, clip_norm=clip, weight_decay=1e-3)
+    state, history = run(algo, theta0, linreg_rounds)
+    ref = simulate("fedacg", theta0, NUM_CLIENTS, linreg_rounds, beta=beta, mu=mu, clip=clip,
+                   wd=1e-3)
+    for got, want in ((state.params, ref["w"]), (state.ri_state, ref["ri_state"])):
+        np.testing.assert_allclose(flat(got), want, rtol=1e-5, atol=1e-6)
+    rows = np.concatenate([np.asarray(state.ri_rows["w"]),
+                           np.asarray(state.ri_rows["b"])[:, None]], axis=1)
+    np.testing.assert_allclose(rows, ref["w_local"], rtol=1e-5, atol=1e-6)
+    for got, want in zip(history, ref["history"], strict=True):
+        assert got["train_loss"] == pytest.approx(want["train_loss"], rel=1e-5, abs=1e-7)
+    assert ref["clipped_steps"] > 0 if clip else True
+    for option in ("delta_from", "ri_offset", "server_lr"):
+        with pytest.raises(ValueError, match=f"fedacg takes no option {option}"):
+            algorithms.fedacg(linreg_loss, **{option: "start" if option == "delta_from"
+                                              else "next" if option == "ri_offset" else 0.5})
 
 
 def test_momentum_offset_decays_as_its_sampling_says_with_its_gain_below_one():

@@ -76,10 +76,11 @@ def test_help_shows_every_option_with_its_default(name):
     params = inspect.signature(builder).parameters
     assert all(p.kind is not p.VAR_KEYWORD for p in params.values())
     assert params["weight_decay"].default == 1e-3 and params["clip_norm"].default == 10.0
-    assert params["beta"].default == (0.1 if name == "fedinit" else 0.0)
+    assert params["beta"].default == {"fedinit": 0.1, "fedacg": 0.85}.get(name, 0.0)
     assert params["client_optimizer"].default is None
     assert ("server_optimizer" in params) == (name not in ("fedadam", "fedyogi", "fedavgm",
-                                                           "feddyn", "fedspeed", "fedsmoo"))
+                                                           "fedacg", "feddyn", "fedspeed",
+                                                           "fedsmoo"))
     assert algorithms.hyperparameters(name) == algorithms.hyperparameters(builder)
     assert "beta" in algorithms.hyperparameters(name)
 

@@ -255,3 +255,13 @@ def test_seconds_are_compared_within_one_machine_only(tmp_path):
                   window=1, last=1)
     assert "| 0.500 | 0.500 | 0.50x |" in text
     assert "every run on AMD EPYC, 2 cores, cpu, 1-minute load at start 0.50-0.50" in text
+
+
+def test_fedacgs_beta_is_its_own_hyperparameter_not_ri():
+    """FedACG's beta is its lookahead weight lambda: no "+RI", named only off its default,
+    and no RI-rule option of the config attached to it."""
+    base = {"algorithm": "fedacg", "mu": 0.002, "first_visit": "global"}
+    assert results.method({**base, "beta": 0.85}) == "FedACG"
+    assert results.method({**base, "beta": 0.7}) == "FedACG [beta=0.7]"
+    assert results.method({"algorithm": "scaffold", "beta": 0.1}) == "SCAFFOLD+RI"
+

@@ -131,3 +131,25 @@ def test_the_shared_synthetic_federation_is_a_perturbed_shared_model():
         np.argmax(xs @ w0.T + b0, 1) == ys)
     metrics = task.evaluate(task.model.init(jax.random.key(0), task.input_shape))
     assert {"test_accuracy", "test_accuracy_new", "test_loss", "test_loss_new"} <= set(metrics)
+
+
+def test_a_validation_split_is_held_out_of_the_clients_and_evaluated(tmp_path):
+    """task.images.validation: one fixed draw of the training split (the same for every
+    seed) that no client holds, evaluated as val_accuracy / val_loss beside the untouched
+    test split; recorded in config.json; refused out of [0, 0.5]."""
+    from fedinit_jax.experiment.tasks import images
+
+    kept, held = images.held_out(1437, 0.2)
+    assert (held.size, kept.size) == (287, 1150) and not set(kept) & set(held)
+    np.testing.assert_array_equal(images.held_out(1437, 0.2)[1], held)
+    own = {**quiet_config()["task"]["images"], "validation": 0.2}
+    config = experiment.resolve(quiet_config(task={"images": own}, rounds=2, eval_every=2))
+    with_validation = images.build(config)
+    without = images.build(experiment.resolve(quiet_config()))
+    assert with_validation.client_sizes[0] == 1150 // 8 < without.client_sizes[0] == 1437 // 8
+    rows = simulation.run(config, str(tmp_path), **QUIET)
+    assert {"val_accuracy", "val_loss", "test_accuracy", "test_loss"} <= rows[-1].keys()
+    assert experiment.saved_config(str(tmp_path / "config.json"))["task"]["images"][
+        "validation"] == 0.2
+    with pytest.raises(ValueError, match="config.task.images.validation=0.6"):
+        experiment.validate(quiet_config(task={"images": {**own, "validation": 0.6}}))

@@ -14,6 +14,7 @@ import inspect
 from collections.abc import Callable
 from typing import NamedTuple
 
+from fedinit_jax.algorithms import fedacg as _fedacg
 from fedinit_jax.algorithms import fedadam as _fedadam
 from fedinit_jax.algorithms import fedavgm as _fedavgm
 from fedinit_jax.algorithms import fedcm as _fedcm
@@ -25,6 +26,7 @@ from fedinit_jax.algorithms import fedspeed as _fedspeed
 from fedinit_jax.algorithms import fedyogi as _fedyogi
 from fedinit_jax.algorithms import mofedsam as _mofedsam
 from fedinit_jax.algorithms import scaffold as _scaffold
+from fedinit_jax.algorithms.fedacg import fedacg
 from fedinit_jax.algorithms.fedadam import fedadam
 from fedinit_jax.algorithms.fedavg import fedavg, fedinit
 from fedinit_jax.algorithms.fedavgm import fedavgm
@@ -89,6 +91,7 @@ REGISTRY = {
     "fedadam": Entry(fedadam, "FedAdam", 0.998, "Reddi et al. 2021", _fedadam.COSTS),
     "fedyogi": Entry(fedyogi, "FedYogi", 0.998, "Reddi et al. 2021", _fedyogi.COSTS),
     "fedavgm": Entry(fedavgm, "FedAvgM", 0.998, "Hsu et al. 2019", _fedavgm.COSTS),
+    "fedacg": Entry(fedacg, "FedACG", 0.998, "Kim et al. 2024", _fedacg.COSTS),
     "fedsam": Entry(fedsam, "FedSAM", 0.998, "Qu et al. 2022", _fedsam.COSTS),
     "scaffold": Entry(scaffold, "SCAFFOLD", 0.998, "Karimireddy et al. 2020", _scaffold.COSTS),
     "feddyn": Entry(feddyn, "FedDyn", 0.9995, "Acar et al. 2021", _feddyn.COSTS),
@@ -127,4 +130,4 @@ def get(name: str, loss_fn, **options):
 __all__ = ["REGISTRY", "Entry", "get", "get_entry", "hparam_names", "hyperparameters",
            "SHARED_OPTIONS", "fedavg", "fedinit", "fedadam", "fedsam", "scaffold", "feddyn",
            "fedcm", "fedprox", "fedspeed", "fedsmoo", "fedgamma", "mofedsam", "fedyogi",
-           "fedavgm"]
+           "fedavgm", "fedacg"]

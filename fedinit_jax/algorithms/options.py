@@ -15,13 +15,15 @@ _INTERNAL = ("correction",)
 SERVER_STEP = ("server_lr", "server_optimizer", "delta_from")
 
 
-def shares_fedavg_options(fedavg, *, server_step: bool = True, server_optimizer: bool = True):
+def shares_fedavg_options(fedavg, *, server_step: bool = True, server_optimizer: bool = True,
+                          refused: tuple = ()):
     """Decorator for a builder `name(loss_fn, *, own hyperparameters, **options)` that passes
     **options on to `fedavg`. server_step=False: the server replaces w instead of stepping
     along the mean update (the FedDyn family), so server_lr, server_optimizer and
-    delta_from are not options; server_optimizer=False: the server optimizer is the method's definition
-    (FedAdam)."""
-    refused = set(_INTERNAL)
+    delta_from are not options; server_optimizer=False: the server optimizer is the method's
+    definition (FedAdam); refused: any other of FedAvg's options the method fixes (FedACG's
+    offset rule)."""
+    refused = set(_INTERNAL) | set(refused)
     if not server_step:
         refused.update(SERVER_STEP)
     if not server_optimizer:
