@@ -7,6 +7,7 @@ from fedinit_jax.data.participation import (
     MIN_NONEMPTY,
     PARTICIPATION_MODES,
     bernoulli_bound,
+    expected_clients,
     nonempty_probability,
     pad,
     round_rng,
@@ -20,7 +21,7 @@ from fedinit_jax.data.tfds_source import load
 
 __all__ = ["augment", "normalize", "load_digits", "dirichlet", "iid", "pathological",
            "summarize", "ClientShards", "build_shards", "round_batches",
-           "round_rng", "sample_clients", "steps_per_epoch", "load", "PARTICIPATION_MODES",
+           "round_rng", "expected_clients", "sample_clients", "steps_per_epoch", "load", "PARTICIPATION_MODES",
            "BERNOULLI_DRAWS",
            "bernoulli_bound", "pad", "sample_bernoulli", "MIN_NONEMPTY", "nonempty_probability",
            "spread"]

@@ -35,7 +35,8 @@ import math
 
 import numpy as np
 
-__all__ = ["PARTICIPATION_MODES", "BERNOULLI_DRAWS", "TAIL", "round_rng", "sample_clients",
+__all__ = ["PARTICIPATION_MODES", "BERNOULLI_DRAWS", "TAIL", "round_rng", "expected_clients",
+           "sample_clients",
            "MIN_NONEMPTY",
            "MAX_DRAWS", "nonempty_probability", "sample_bernoulli", "binomial_tail",
            "bernoulli_bound", "spread", "pad"]
@@ -50,6 +51,12 @@ def round_rng(seed: int, t: int) -> np.random.Generator:
     round's clients comes from it (experiment/simulation.py), so any code that needs to know
     which clients a round samples (a task's test clients) draws the same."""
     return np.random.default_rng([seed, 1, t])
+
+
+def expected_clients(participation: float, num_clients: int) -> int:
+    """E|S| = round(participation * C), at least 1, under either participation rule (the
+    paper's Table 9 N)."""
+    return max(1, int(round(participation * num_clients)))
 
 
 def sample_clients(rng: np.random.Generator, num_clients: int, per_round: int) -> np.ndarray:

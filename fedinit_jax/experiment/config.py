@@ -216,8 +216,8 @@ def _loss_never_called(params, batch, key):
 
 
 def expected_clients(config) -> int:
-    """E|S|: round(participation * C) under either participation rule (Table 9's N)."""
-    return max(1, int(round(config["participation"] * config["num_clients"])))
+    """E|S| of the config's participation and C (data.expected_clients)."""
+    return data.expected_clients(config["participation"], config["num_clients"])
 
 
 def algorithm_kwargs(config) -> dict:

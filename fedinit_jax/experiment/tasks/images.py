@@ -21,7 +21,7 @@ import numpy as np
 
 from fedinit_jax import checks, data, losses, models
 from fedinit_jax.checks import fail_config
-from fedinit_jax.experiment.tasks import IMAGES, AbstractRound, Family, Task, own_fields
+from fedinit_jax.experiment.tasks.family import IMAGES, AbstractRound, Family, Task, own_fields
 
 __all__ = ["FIELDS", "PARTITIONS", "VALIDATION_SEED", "EMBEDDED", "CHANNEL_STATS", "SHAPES",
            "load_split", "held_out", "evaluator", "partition", "model", "steps", "build",

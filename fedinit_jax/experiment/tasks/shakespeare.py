@@ -12,7 +12,7 @@ from fedinit_jax import losses, models
 from fedinit_jax.checks import fail_config
 from fedinit_jax.data import shakespeare
 from fedinit_jax.experiment import fetch
-from fedinit_jax.experiment.tasks import AbstractRound, Family, Task
+from fedinit_jax.experiment.tasks.family import AbstractRound, Family, Task
 
 __all__ = ["TEXT_FILES_IN_SDIST", "load", "build", "check", "abstract", "FAMILY"]
 

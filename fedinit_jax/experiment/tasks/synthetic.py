@@ -16,7 +16,7 @@ import numpy as np
 import optax
 
 from fedinit_jax import checks, data, models
-from fedinit_jax.experiment.tasks import AbstractRound, Family, Task, own_fields
+from fedinit_jax.experiment.tasks.family import AbstractRound, Family, Task, own_fields
 
 __all__ = ["TEST_CLIENTS", "MODELS", "client_data", "stacked", "held_out", "steps",
            "loss_and_accuracy", "generated_task", "build",

@@ -27,7 +27,8 @@ the [C] client sizes.
 import numpy as np
 
 from fedinit_jax import checks, data
-from fedinit_jax.experiment.tasks import AbstractRound, Family, Task, own_fields, synthetic
+from fedinit_jax.experiment.tasks import synthetic
+from fedinit_jax.experiment.tasks.family import AbstractRound, Family, Task, own_fields
 from fedinit_jax.experiment.tasks.synthetic import (
     CLASSES,
     FEATURES,
@@ -60,9 +61,7 @@ def client_data(client_id: int, alpha: float, beta: float, seed: int, shared=Non
 def sampled_test_clients(config) -> np.ndarray:
     """Up to 500 distinct clients sampled in the run's first rounds, in order of sampling
     (fixed participation: the ids of data.sample_clients under the run's round rng)."""
-    from fedinit_jax.experiment.config import expected_clients  # config imports the tasks
-
-    per_round = expected_clients(config)
+    per_round = data.expected_clients(config["participation"], config["num_clients"])
     seen, t = [], 0
     while len(seen) < min(TEST_CLIENTS, config["num_clients"]) and t < config["rounds"]:
         rng = data.round_rng(config["seed"], t)
