@@ -74,13 +74,15 @@ def main(argv):
                                      FLAGS.num_processes or "all"))
     # after flag parsing and in the trainer only: neither a bad flag nor a multi-process run's
     # supervisor pays for JAX's import
+    from fedinit_jax import experiment
     from fedinit_jax.experiment import distributed as distributed_lib
     from fedinit_jax.experiment import simulation
 
     try:
         if multi_process:
             distributed_lib.initialize(*by_hand, timeout=FLAGS.distributed_timeout)
-        simulation.run(config, FLAGS.workdir)  # its last line is the run's summary
+        # its last line is the run's summary
+        simulation.run(experiment.plan(config), FLAGS.workdir)
         for sig in (signal.SIGTERM, signal.SIGINT):  # finished: a late signal changes nothing
             signal.signal(sig, signal.SIG_IGN)
     except (ValueError, OSError) as err:  # bad config or workdir, missing or damaged data

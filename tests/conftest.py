@@ -248,6 +248,14 @@ def quiet_config(**changes):
 QUIET = {"log": lambda line: None, "progress": False}  # simulation.run without output
 
 
+def planned_run(config, workdir, **options):
+    """simulation.run of experiment.plan(config) in `workdir` (its rows)."""
+    from fedinit_jax import experiment
+    from fedinit_jax.experiment import simulation
+
+    return simulation.run(experiment.plan(config), str(workdir), **options)
+
+
 class InjectedFault(Exception):
     """Raised by fault_then_resume's fault callback: the run dies there."""
 
@@ -255,6 +263,7 @@ class InjectedFault(Exception):
 def fault_then_resume(config, workdir, point):
     """simulation.run of `config` killed at `point` ("<fault point>:<round>", in-process: the
     loop's fault callback raises), then the same run again, which resumes."""
+    from fedinit_jax import experiment
     from fedinit_jax.experiment import simulation
 
     where, at = point.split(":")
@@ -264,8 +273,8 @@ def fault_then_resume(config, workdir, point):
             raise InjectedFault(point)
 
     with pytest.raises(InjectedFault):
-        simulation.run(config, str(workdir), fault=fault, **QUIET)
-    simulation.run(config, str(workdir), **QUIET)
+        simulation.run(experiment.plan(config), str(workdir), fault=fault, **QUIET)
+    simulation.run(experiment.plan(config), str(workdir), **QUIET)
 
 
 # ------------------------------------------------------------------ Shakespeare

@@ -171,9 +171,8 @@ def binaries(folder):
     """The binaries' run loop (simulation.run) with Bernoulli participation and vmapped
     clients on 2 and 4 devices: the default config (digits) and Shakespeare (plays
     written here, masked epochs). Prints {"<dataset> <devices>": metrics rows}."""
-    from conftest import QUIET, quiet_config, write_plays
+    from conftest import QUIET, planned_run, quiet_config, write_plays
 
-    from fedinit_jax.experiment import simulation
 
     runs = {}
     bernoulli = {"participation_mode": "bernoulli", "execution": "vmap", "rounds": 2,
@@ -187,7 +186,7 @@ def binaries(folder):
                                     clip_norm=0.0, local_steps=0)}
     for name, config in configs.items():
         for devices in (2, 4):
-            rows = simulation.run({**config, "num_devices": devices},
+            rows = planned_run({**config, "num_devices": devices},
                                   os.path.join(folder, f"{name}-{devices}"), **QUIET)
             runs[f"{name} {devices}"] = [{k: v for k, v in r.items() if "seconds" not in k}
                                          for r in rows]

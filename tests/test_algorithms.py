@@ -13,13 +13,14 @@ from conftest import (
     flat,
     linreg_loss,
     params_from,
+    planned_run,
     ri_cases,
     ri_options,
     run,
 )
 from numpy_reference import simulate
 
-from fedinit_jax import Cohort, RoundInput, algorithms, client_store
+from fedinit_jax import Cohort, RoundInput, algorithms, client_store, experiment
 
 
 @pytest.mark.parametrize("name, hparams, ref_kwargs, beta, delta_from", ri_cases(CASES))
@@ -146,7 +147,6 @@ def test_a_new_algorithm_is_one_registry_line(linreg_rounds, theta0):
     working algorithm; two rounds of server momentum match a hand computation."""
     from experiments import results
     from experiments.configs import default
-    from fedinit_jax import experiment
 
     assert algorithms.REGISTRY["fedavgm"].defaults == {"beta": 0.0, "server_lr": 1.0,
                                                       "momentum": 0.9}
@@ -352,7 +352,6 @@ def test_a_seventh_offset_rule_plugs_in(tmp_path, monkeypatch, theta0, linreg_ro
     from numpy_reference import NumpyRule
 
     from fedinit_jax import ri_offset
-    from fedinit_jax.experiment import simulation
 
     def halfway(s, step):
         return jax.tree.map(lambda a, b: 0.5 * (a + b), s, step.w_new)
@@ -376,7 +375,7 @@ def test_a_seventh_offset_rule_plugs_in(tmp_path, monkeypatch, theta0, linreg_ro
         state.ri_rows["b"])[:, None]], axis=1), ref["w_local"], rtol=1e-5, atol=1e-6)
     config = quiet_config(algorithm="fedinit", beta=0.1, ri_offset="average",
                           first_visit="global", checkpoint_every=2)
-    done = simulation.run(config, str(tmp_path), **QUIET)
+    done = planned_run(config, str(tmp_path), **QUIET)
     assert [r["round"] for r in done] == [1, 2, 3, 4]
     assert all(np.isfinite(r["train_loss"]) for r in done)
 

@@ -7,7 +7,7 @@ import os
 import jax
 import numpy as np
 import pytest
-from conftest import linreg_loss, params_from
+from conftest import linreg_loss, params_from, planned_run
 
 from fedinit_jax import RoundInput, algorithms, client_store, with_runtime
 from fedinit_jax.federated_round import divergence_all
@@ -143,10 +143,9 @@ def device_rows(tmp_path_factory):
     """An uninterrupted run of the loop with the clients on the device: its rows."""
     from conftest import QUIET, quiet_config, rows, without_timing
 
-    from fedinit_jax.experiment import simulation
 
     workdir = tmp_path_factory.mktemp("device")
-    simulation.run(quiet_config(rounds=6, algorithm="scaffold", beta=0.1, local_epochs=10,
+    planned_run(quiet_config(rounds=6, algorithm="scaffold", beta=0.1, local_epochs=10,
                                 client_store="device"), str(workdir), **QUIET)
     return without_timing(rows(workdir))
 
@@ -185,11 +184,10 @@ def test_the_momentum_offset_resumes_exactly(tmp_path, ri_offset):
     checkpoint): a run cut after a checkpoint resumes to the rows of an uninterrupted one."""
     from conftest import QUIET, fault_then_resume, quiet_config, rows, without_timing
 
-    from fedinit_jax.experiment import simulation
 
     config = quiet_config(rounds=6, algorithm="fedinit", beta=0.1, ri_offset=ri_offset,
                           first_visit="global", client_store="device", checkpoint_every=2)
-    simulation.run(config, str(tmp_path / "whole"), **QUIET)
+    planned_run(config, str(tmp_path / "whole"), **QUIET)
     fault_then_resume(config, tmp_path / "cut", "checkpoint_saved:2")
     assert without_timing(rows(tmp_path / "cut")) == without_timing(rows(tmp_path / "whole"))
 
@@ -224,7 +222,6 @@ def test_the_cross_device_preset_runs_a_million_clients_in_the_loop(tmp_path):
     the 300 sampled clients' rows, and the run says so."""
 
     from experiments.configs import cross_device
-    from fedinit_jax.experiment import simulation
     from fedinit_jax.experiment.tasks import synthetic
 
     x, y = synthetic.client_data(123_456, 1.0, 1.0, seed=0)
@@ -237,7 +234,7 @@ def test_the_cross_device_preset_runs_a_million_clients_in_the_loop(tmp_path):
               "eval_every": 3, "checkpoint_every": 0}
     assert config["num_clients"] == 1_000_000 and config["participation"] == 1e-4
     logged = []
-    rows = simulation.run(config, str(tmp_path), log=logged.append, progress=False)
+    rows = planned_run(config, str(tmp_path), log=logged.append, progress=False)
     assert len(rows) == 3 and np.isfinite(rows[-1]["divergence_all"])
     assert any(line.startswith("client store: 300 of 1,000,000 clients hold a row; peak RSS")
                for line in logged), logged
@@ -331,7 +328,7 @@ def test_auto_on_cpu_leaves_room_for_a_checkpoint_of_the_tables(tmp_path, monkey
 
     from conftest import quiet_config
 
-    from fedinit_jax.experiment import memory, simulation
+    from fedinit_jax.experiment import memory
 
     plan = SimpleNamespace(sampling=SimpleNamespace(num_clients=10))
     state = SimpleNamespace(per_client_bytes=100)  # tables: 1,000 bytes; need 300 + 2,000
@@ -345,7 +342,7 @@ def test_auto_on_cpu_leaves_room_for_a_checkpoint_of_the_tables(tmp_path, monkey
     monkeypatch.undo()
     monkeypatch.setattr(memory, "SAVE_COPIES", 10**9)
     logged = []
-    simulation.run(quiet_config(rounds=2, client_store="auto"), str(tmp_path / "run"),
+    planned_run(quiet_config(rounds=2, client_store="auto"), str(tmp_path / "run"),
                    log=logged.append, progress=False)
     assert any(line.startswith("client store: host (not on the device: the compiled round "
                                "with its [C, ...] tables") for line in logged), logged
@@ -361,12 +358,12 @@ def test_auto_on_cpu_keeps_a_sparsely_sampled_federation_in_host_memory(tmp_path
     from fedinit_jax.experiment import simulation
 
     logged = []
-    simulation.run(quiet_config(num_clients=200, participation=0.02, rounds=2, batch_size=4,
+    planned_run(quiet_config(num_clients=200, participation=0.02, rounds=2, batch_size=4,
                                 client_store="auto"), str(tmp_path / "sparse"),
                    log=logged.append, progress=False)
     assert any(line.startswith("client store: host (auto on CPU") and "rounds x N = 8 of the "
                "200 clients" in line for line in logged), logged
-    simulation.run(quiet_config(client_store="auto"), str(tmp_path / "dense"),
+    planned_run(quiet_config(client_store="auto"), str(tmp_path / "dense"),
                    log=logged.append, progress=False)
     info = simulation.workdir_lib.read_json(str(tmp_path / "dense" / "run_info.json"))
     assert info["client_store"] == "device"
@@ -379,12 +376,12 @@ def test_an_explicit_device_store_that_a_checkpoint_would_overflow_is_refused(tm
     (it would be killed for memory at its first checkpoint); nothing is written."""
     from conftest import quiet_config
 
-    from fedinit_jax.experiment import memory, simulation
+    from fedinit_jax.experiment import memory
 
     monkeypatch.setattr(memory, "SAVE_COPIES", 10**9)
     with pytest.raises(ValueError, match=r"config.client_store=.device.*copies of the tables "
                                          r"a checkpoint holds.*client_store=host or disk"):
-        simulation.run(quiet_config(rounds=2, client_store="device"), str(tmp_path / "run"),
+        planned_run(quiet_config(rounds=2, client_store="device"), str(tmp_path / "run"),
                        progress=False, log=lambda line: None)
     assert not os.path.exists(tmp_path / "run" / "checkpoints")
 

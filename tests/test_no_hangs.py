@@ -11,7 +11,16 @@ import ml_dtypes
 import numpy as np
 import optax
 import pytest
-from conftest import NUM_CLIENTS, QUIET, ROOT, linreg_loss, params_from, quiet_config, train
+from conftest import (
+    NUM_CLIENTS,
+    QUIET,
+    ROOT,
+    linreg_loss,
+    params_from,
+    planned_run,
+    quiet_config,
+    train,
+)
 
 from fedinit_jax import RoundInput, algorithms, check_round_input, experiment
 from fedinit_jax.data import participation, shakespeare
@@ -52,11 +61,13 @@ def _sigterm_a_stuck_run(workdir, stuck_round, grace, signals=1):
     script = (
         "import time, sys; sys.path.insert(0, 'tests')\n"
         "from conftest import quiet_config, QUIET\n"
+        "from fedinit_jax import experiment\n"
         "from fedinit_jax.experiment import simulation\n"
         "def stuck(point, t):\n"
         f"    if point == 'round_start' and t == {stuck_round}:\n"
         "        print('stuck', flush=True); time.sleep(600)\n"
-        f"simulation.run(quiet_config(), {str(workdir)!r}, fault=stuck, **QUIET)\n")
+        f"simulation.run(experiment.plan(quiet_config()), {str(workdir)!r}, fault=stuck,"
+        " **QUIET)\n")
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "FEDINIT_STOP_GRACE_SECONDS": str(grace)}
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -99,7 +110,6 @@ def test_a_signal_after_the_last_round_leaves_the_run_done(tmp_path):
 
     from conftest import QUIET, quiet_config
 
-    from fedinit_jax.experiment import simulation
 
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signal handlers are installed from the main thread only")
@@ -108,7 +118,7 @@ def test_a_signal_after_the_last_round_leaves_the_run_done(tmp_path):
         if (point, rounds_done) == ("metrics_written", 4):
             os.kill(os.getpid(), signal.SIGTERM)
 
-    rows = simulation.run(quiet_config(rounds=4), str(tmp_path), fault=late_signal, **QUIET)
+    rows = planned_run(quiet_config(rounds=4), str(tmp_path), fault=late_signal, **QUIET)
     assert len(rows) == 4
     assert "summary: done; round 4/4" in (tmp_path / "train.log").read_text().splitlines()[-1]
 
@@ -171,16 +181,16 @@ def test_plays_that_hold_no_client_are_named_with_their_cause(tmp_path):
 def test_a_compiled_round_that_cannot_fit_its_devices_is_refused(tmp_path, monkeypatch):
     """XLA's account of the compiled round against the devices' memory (here made 2 MiB: the
     state's estimate, 1.3 MB, passes; the compiled round, a few MiB per device, does not)."""
-    from fedinit_jax.experiment import memory, simulation
+    from fedinit_jax.experiment import memory
 
     monkeypatch.setattr(memory, "available_memory", lambda: 2 * 2**20)
     with pytest.raises(ValueError, match=r"config.num_clients=8: the compiled round needs .* "
                                          r"per device \(XLA: arguments"):
-        simulation.run(quiet_config(client_store="device"), str(tmp_path / "run"), **QUIET)
+        planned_run(quiet_config(client_store="device"), str(tmp_path / "run"), **QUIET)
     assert not (tmp_path / "run").exists()
     # client_store=auto: the clients go to host memory instead, and the run says why
     logged = []
-    simulation.run(quiet_config(rounds=2), str(tmp_path / "auto"), log=logged.append,
+    planned_run(quiet_config(rounds=2), str(tmp_path / "auto"), log=logged.append,
                    progress=False)
     assert any(line.startswith("client store: host (not on the device: config.num_clients=8")
                for line in logged), logged

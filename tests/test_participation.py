@@ -15,12 +15,19 @@ from conftest import (
     flat,
     linreg_loss,
     params_from,
+    planned_run,
     ri_cases,
     ri_options,
 )
 from numpy_reference import simulate
 
-from fedinit_jax import RoundInput, algorithms, check_round_input, data, with_runtime
+from fedinit_jax import (
+    RoundInput,
+    algorithms,
+    check_round_input,
+    data,
+    with_runtime,
+)
 
 SLOTS = 5  # the static client axis; every round below samples fewer
 ROUND_IDS = ([3], [0, 1, 2, 4], [1, 3], [0, 1, 2, 3])  # |S| = 1, 4, 2, 4 of C = 5
@@ -216,7 +223,7 @@ def test_the_loop_deals_a_bernoulli_rounds_clients_over_the_devices(tmp_path, mo
     masks, check = [], simulation.check_round_input
     monkeypatch.setattr(simulation, "check_round_input",
                         lambda algo, state, inp: (masks.append(inp.mask), check(algo, state, inp)))
-    simulation.run(quiet_config(participation_mode="bernoulli", participation_draw="count",
+    planned_run(quiet_config(participation_mode="bernoulli", participation_draw="count",
                                 num_clients=20, participation=0.2, num_devices=2, rounds=3,
                                 eval_every=3),
                    str(tmp_path), **QUIET)
@@ -230,14 +237,13 @@ def test_bernoulli_run_through_the_loop_resumes_exactly(tmp_path):
     """The host loop samples |S| per round, and a run extended from 3 to 6 rounds equals an
     uninterrupted 6-round run."""
     from experiments.configs import default
-    from fedinit_jax.experiment import simulation
 
     config = {**default.get_config().to_dict(), "participation_mode": "bernoulli",
               "algorithm": "feddyn", "beta": 0.1, "rounds": 6, "local_epochs": 1,
               "eval_every": 3, "checkpoint_every": 3}
-    whole = simulation.run(config, str(tmp_path / "whole"), **QUIET)
-    simulation.run({**config, "rounds": 3}, str(tmp_path / "split"), **QUIET)
-    split = simulation.run(config, str(tmp_path / "split"), **QUIET)
+    whole = planned_run(config, str(tmp_path / "whole"), **QUIET)
+    planned_run({**config, "rounds": 3}, str(tmp_path / "split"), **QUIET)
+    split = planned_run(config, str(tmp_path / "split"), **QUIET)
     sizes = [row["clients"] for row in whole]
     assert len(set(sizes)) > 1 and min(sizes) >= 1  # |S| varies, never empty
     for a, b in zip(whole, split):

@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import QUIET, linreg_loss, quiet_config
+from conftest import QUIET, linreg_loss, planned_run, quiet_config
 
 from fedinit_jax import Runtime, algorithms, experiment, with_runtime
 from fedinit_jax.experiment import simulation, tasks
@@ -70,7 +70,7 @@ def test_a_bad_stop_grace_is_refused_before_anything_is_written(tmp_path, monkey
     monkeypatch.setenv("FEDINIT_STOP_GRACE_SECONDS", value)
     with pytest.raises(ValueError, match=f"FEDINIT_STOP_GRACE_SECONDS={value!r}: must be a "
                                          r"number of seconds in \(0, 86400\]"):
-        simulation.run(quiet_config(), str(tmp_path / "run"), **QUIET)
+        planned_run(quiet_config(), str(tmp_path / "run"), **QUIET)
     assert not (tmp_path / "run").exists()
 
 
@@ -78,7 +78,7 @@ def test_an_option_that_does_not_apply_is_said_and_recorded(tmp_path):
     """A sweep or paper preset sets delta_from for every method; FedDyn's server replaces w,
     so `start` changes nothing there: the run says so and run_info.json records it."""
     logged = []
-    simulation.run(quiet_config(algorithm="feddyn", delta_from="start", rounds=1),
+    planned_run(quiet_config(algorithm="feddyn", delta_from="start", rounds=1),
                    str(tmp_path), log=logged.append, progress=False)
     assert any("config.delta_from='start' does not apply to feddyn" in line for line in logged)
     info = simulation.workdir_lib.read_json(os.path.join(tmp_path, "run_info.json"))
@@ -101,7 +101,7 @@ def test_api_misuse_is_one_clear_error(monkeypatch):
                                      abstract=None))
     with pytest.raises(ValueError, match="config.dataset='nothing': its task family's build "
                                          "returned NoneType, not a tasks.Task"):
-        experiment.build({**quiet_config(), "dataset": "nothing"})
+        experiment.build(experiment.plan({**quiet_config(), "dataset": "nothing"}))
 
 
 def test_the_memory_check_builds_no_round_input(monkeypatch):

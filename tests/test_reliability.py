@@ -8,7 +8,16 @@ import time
 
 import numpy as np
 import pytest
-from conftest import QUIET, TINY, fault_then_resume, quiet_config, rows, train, without_timing
+from conftest import (
+    QUIET,
+    TINY,
+    fault_then_resume,
+    planned_run,
+    quiet_config,
+    rows,
+    train,
+    without_timing,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,7 +36,7 @@ SMALL6 = quiet_config(rounds=6)  # the in-process twin of FAST
 def reference(tmp_path_factory):
     """An uninterrupted run of SLOW (in-process: the same numbers as the binary's)."""
     workdir = tmp_path_factory.mktemp("reference")
-    simulation.run(quiet_config(rounds=6, local_epochs=10), str(workdir), **QUIET)
+    planned_run(quiet_config(rounds=6, local_epochs=10), str(workdir), **QUIET)
     return without_timing(rows(workdir))
 
 
@@ -35,7 +44,7 @@ def reference(tmp_path_factory):
 def small_reference(tmp_path_factory):
     """An uninterrupted in-process run of SMALL (6 rounds): its metrics rows."""
     workdir = tmp_path_factory.mktemp("small_reference")
-    simulation.run(SMALL6, str(workdir), **QUIET)
+    planned_run(SMALL6, str(workdir), **QUIET)
     return without_timing(rows(workdir))
 
 
@@ -86,14 +95,14 @@ def test_sigterm_checkpoints_at_round_boundary_and_exits(tmp_path, reference):
 
 
 def test_corrupted_latest_checkpoint_falls_back(tmp_path, small_reference):
-    simulation.run(SMALL, str(tmp_path), **QUIET)
+    planned_run(SMALL, str(tmp_path), **QUIET)
     latest = tmp_path / "checkpoints" / "4"
     for root, _, files in os.walk(latest):
         for name in files:
             with open(os.path.join(root, name), "r+b") as f:
                 f.truncate(max(0, os.path.getsize(f.name) // 3))
     logged = []
-    simulation.run(SMALL6, str(tmp_path), log=logged.append, progress=False)
+    planned_run(SMALL6, str(tmp_path), log=logged.append, progress=False)
     assert any("checkpoint after round 4 is not usable" in line for line in logged)
     assert (tmp_path / "checkpoints" / "corrupt-4").exists()
     assert without_timing(rows(tmp_path)) == small_reference
@@ -110,22 +119,22 @@ def test_a_finished_run_keeps_its_rows_when_its_only_checkpoint_is_damaged(tmp_p
     """keep_checkpoints=1: the finished run's one checkpoint damaged; rerunning the command
     keeps every row (the run is finished) instead of starting over."""
     config = quiet_config(rounds=5, checkpoint_every=3, keep_checkpoints=1)
-    simulation.run(config, str(tmp_path), **QUIET)
+    planned_run(config, str(tmp_path), **QUIET)
     before = rows(tmp_path)
     _damage(tmp_path / "checkpoints" / "5")
-    simulation.run(config, str(tmp_path), **QUIET)
+    planned_run(config, str(tmp_path), **QUIET)
     assert rows(tmp_path) == before
 
 
 def test_an_unfinished_run_with_no_readable_checkpoint_is_refused_not_restarted(tmp_path):
     config = quiet_config(rounds=5, checkpoint_every=3, keep_checkpoints=1)
-    simulation.run(config, str(tmp_path), **QUIET)
+    planned_run(config, str(tmp_path), **QUIET)
     before = (tmp_path / "metrics.jsonl").read_bytes()
     _damage(tmp_path / "checkpoints" / "5")
     with pytest.raises(simulation.WorkdirError, match="holds 5 rounds .*no checkpoint can resume "
                                                       "the run .*/checkpoints/5.*Nothing was "
                                                       "changed"):
-        simulation.run({**config, "rounds": 7}, str(tmp_path), **QUIET)
+        planned_run({**config, "rounds": 7}, str(tmp_path), **QUIET)
     assert (tmp_path / "metrics.jsonl").read_bytes() == before
     assert sorted(os.listdir(tmp_path / "checkpoints")) == ["5"]  # nothing moved
 
@@ -244,11 +253,11 @@ def test_a_live_workdir_is_refused(tmp_path):
     holder = workdir.Lock(str(tmp_path))  # another writer holds it
     try:
         with pytest.raises(ValueError, match=f"is in use by process {os.getpid()} on "):
-            simulation.run(SMALL, str(tmp_path), **QUIET)
+            planned_run(SMALL, str(tmp_path), **QUIET)
         assert sorted(os.listdir(tmp_path)) == [".lock"]  # nothing touched
     finally:
         holder.release()
-    assert len(simulation.run(SMALL, str(tmp_path), **QUIET)) == 4  # free again
+    assert len(planned_run(SMALL, str(tmp_path), **QUIET)) == 4  # free again
 
 
 def test_writers_racing_on_one_json_file_each_write_it_whole(tmp_path):
@@ -295,17 +304,17 @@ def test_two_processes_on_one_workdir(tmp_path):
 
 
 def test_rounds_below_the_done_ones_are_refused(tmp_path):
-    simulation.run(SMALL, str(tmp_path), **QUIET)
+    planned_run(SMALL, str(tmp_path), **QUIET)
     before = (tmp_path / "config.json").read_text()
     with pytest.raises(ValueError, match="config.rounds=2 is below the 4 rounds already done"):
-        simulation.run({**SMALL, "rounds": 2}, str(tmp_path), **QUIET)
+        planned_run({**SMALL, "rounds": 2}, str(tmp_path), **QUIET)
     assert (tmp_path / "config.json").read_text() == before
-    assert len(simulation.run({**SMALL, "rounds": 5}, str(tmp_path), **QUIET)) == 5  # extend
+    assert len(planned_run({**SMALL, "rounds": 5}, str(tmp_path), **QUIET)) == 5  # extend
 
 
 @pytest.mark.parametrize("damage", ["middle line", "hole", "deleted"])
 def test_damaged_metrics_are_refused_never_truncated(tmp_path, damage):
-    simulation.run(SMALL, str(tmp_path), **QUIET)
+    planned_run(SMALL, str(tmp_path), **QUIET)
     path = tmp_path / "metrics.jsonl"
     lines = path.read_text().splitlines(keepends=True)
     if damage == "middle line":
@@ -320,7 +329,7 @@ def test_damaged_metrics_are_refused_never_truncated(tmp_path, damage):
     path.write_text("".join(lines))
     before = path.read_bytes()
     with pytest.raises(ValueError, match=match):
-        simulation.run({**SMALL, "rounds": 6}, str(tmp_path), **QUIET)
+        planned_run({**SMALL, "rounds": 6}, str(tmp_path), **QUIET)
     assert path.read_bytes() == before  # left as it was
     assert sorted(os.listdir(tmp_path / "checkpoints")) == ["3", "4"]  # nothing moved
 
@@ -374,14 +383,14 @@ def test_a_failed_write_ends_the_run_with_one_line(tmp_path, monkeypatch, target
 
         monkeypatch.setattr(owner, name, failing)
     with pytest.raises(simulation.WriteError) as err:
-        simulation.run(SMALL, str(tmp_path), **QUIET)
+        planned_run(SMALL, str(tmp_path), **QUIET)
     message = str(err.value)
     assert "no space left on device writing" in message and "\n" not in message
     assert "last good checkpoint: round 2" in message
     kept = [r["round"] for r in simulation.read_metrics(str(tmp_path))]
     assert kept == ([1, 2] if target == "metrics" else [1, 2, 3])
     monkeypatch.undo()
-    resumed = simulation.run(SMALL, str(tmp_path), **QUIET)  # space again: resumes
+    resumed = planned_run(SMALL, str(tmp_path), **QUIET)  # space again: resumes
     assert [r["round"] for r in resumed] == [1, 2, 3, 4]
 
 
@@ -440,9 +449,9 @@ def test_damaged_cache_is_named(tmp_path, monkeypatch, damage):
 def test_an_extended_run_equals_an_uninterrupted_one(tmp_path):
     """Extending 3 -> 5 rounds (eval every 2) drops the evaluation taken at round 3 because it
     was the last round, so the rows equal a 5-round run's."""
-    whole = simulation.run({**SMALL, "rounds": 5}, str(tmp_path / "whole"), **QUIET)
-    simulation.run({**SMALL, "rounds": 3}, str(tmp_path / "ext"), **QUIET)
-    extended = simulation.run({**SMALL, "rounds": 5}, str(tmp_path / "ext"), **QUIET)
+    whole = planned_run({**SMALL, "rounds": 5}, str(tmp_path / "whole"), **QUIET)
+    planned_run({**SMALL, "rounds": 3}, str(tmp_path / "ext"), **QUIET)
+    extended = planned_run({**SMALL, "rounds": 5}, str(tmp_path / "ext"), **QUIET)
     strip = lambda rs: [{k: v for k, v in r.items() if not k.endswith("seconds")} for r in rs]  # noqa: E731
     assert strip(extended) == strip(whole)
     assert strip(simulation.read_metrics(str(tmp_path / "ext"))) == strip(whole)
@@ -450,10 +459,10 @@ def test_an_extended_run_equals_an_uninterrupted_one(tmp_path):
 
 def test_resuming_on_another_device_count_is_recorded(tmp_path, monkeypatch):
     """num_devices=0 (all that divide N) on a machine of 2 devices, then of 1."""
-    simulation.run({**SMALL, "rounds": 2}, str(tmp_path), **QUIET)
+    planned_run({**SMALL, "rounds": 2}, str(tmp_path), **QUIET)
     monkeypatch.setattr(planning, "num_devices", lambda config: 1)
     lines = []
-    simulation.run({**SMALL, "rounds": 3}, str(tmp_path), log=lines.append, progress=False)
+    planned_run({**SMALL, "rounds": 3}, str(tmp_path), log=lines.append, progress=False)
     assert any("resuming on 1 devices, the run so far used 2" in line for line in lines)
     info = __import__("json").load(open(tmp_path / "run_info.json"))
     assert info["num_devices_history"] == [{"after_round": 2, "num_devices": 1, "before": 2}]
@@ -464,7 +473,7 @@ def test_a_workdir_without_rounds_takes_the_corrected_config(tmp_path):
     the corrected command is not refused as 'another config'."""
     simulation.make_workdir(str(tmp_path))
     simulation.prepare_workdir(str(tmp_path), {**SMALL, "model_width": 50.0})
-    assert len(simulation.run(SMALL, str(tmp_path), **QUIET)) == 4
+    assert len(planned_run(SMALL, str(tmp_path), **QUIET)) == 4
 
 
 def test_checkpoint_of_another_layout_is_refused_and_kept(tmp_path):
@@ -531,27 +540,27 @@ def test_the_checkpoint_identifies_the_run_when_config_json_is_gone(tmp_path):
     """config.json deleted: a rerun under another config is refused by the config the
     checkpoint records; the same config resumes (and config.json is written again); with
     neither, rows of an unknown config are refused, never continued."""
-    simulation.run(SMALL, str(tmp_path), **QUIET)
+    planned_run(SMALL, str(tmp_path), **QUIET)
     os.remove(tmp_path / "config.json")
     with pytest.raises(simulation.WorkdirError, match=r"different config \(local_lr: 0.1 -> "
                                                       r"0.05, seed: 0 -> 7; by its newest"):
-        simulation.run({**SMALL6, "local_lr": 0.05, "seed": 7}, str(tmp_path), **QUIET)
+        planned_run({**SMALL6, "local_lr": 0.05, "seed": 7}, str(tmp_path), **QUIET)
     assert not (tmp_path / "config.json").exists()
-    simulation.run(SMALL6, str(tmp_path), **QUIET)
+    planned_run(SMALL6, str(tmp_path), **QUIET)
     assert (tmp_path / "config.json").exists() and len(rows(tmp_path)) == 6
     os.remove(tmp_path / "config.json")
     for name in os.listdir(tmp_path / "checkpoints"):
         shutil.rmtree(tmp_path / "checkpoints" / name)
     with pytest.raises(simulation.WorkdirError, match="holds 6 rounds but no config.json"):
-        simulation.run(SMALL6, str(tmp_path), **QUIET)
+        planned_run(SMALL6, str(tmp_path), **QUIET)
 
 
 def test_a_cut_checkpoint_write_leaves_no_temporary_folder_after_resume(tmp_path):
-    simulation.run(SMALL, str(tmp_path), **QUIET)
+    planned_run(SMALL, str(tmp_path), **QUIET)
     left = tmp_path / "checkpoints" / "5.orbax-checkpoint-tmp-1234567"
     left.mkdir()
     (left / "partial").write_text("x")
-    simulation.run(SMALL6, str(tmp_path), **QUIET)
+    planned_run(SMALL6, str(tmp_path), **QUIET)
     assert not left.exists()
     assert "5" in os.listdir(tmp_path / "checkpoints")
 
@@ -594,6 +603,6 @@ def test_a_train_loss_that_runs_away_ends_the_run_diverged(tmp_path, monkeypatch
     monkeypatch.setattr(simulation, "runaway", lambda rows: real(  # a loss growing 1000x a round
         [{**r, "train_loss": 1000.0 ** r["round"]} for r in rows]))
     with pytest.raises(simulation.NonFiniteError, match="for 5 rounds .*: the run diverged"):
-        simulation.run(quiet_config(rounds=8, eval_every=4), str(tmp_path), **QUIET)
+        planned_run(quiet_config(rounds=8, eval_every=4), str(tmp_path), **QUIET)
     assert len(rows(tmp_path)) == 6
     assert "summary: diverged; round 6/8" in (tmp_path / "train.log").read_text()

@@ -13,6 +13,7 @@ from conftest import (
     flat,
     linreg_loss,
     params_from,
+    planned_run,
     quiet_config,
     write_plays,
 )
@@ -22,12 +23,13 @@ from fedinit_jax import (
     Runtime,
     algorithms,
     check_round_input,
+    experiment,
     losses,
     models,
     with_runtime,
 )
 from fedinit_jax.data import shakespeare as sh
-from fedinit_jax.experiment import fetch, simulation
+from fedinit_jax.experiment import fetch
 
 
 def test_parse_play_speakers_directions_and_headings():
@@ -330,11 +332,11 @@ def test_binary_trains_a_few_rounds_on_plays_written_here(tmp_path, mode):
                           weight_decay=0.0, clip_norm=0.0, rounds=3, eval_every=3,
                           checkpoint_every=0, local_steps=0)
     if mode == "masked":
-        got = simulation.run(config, str(tmp_path / "masked"), **QUIET)
+        got = planned_run(config, str(tmp_path / "masked"), **QUIET)
         assert len(got) == 3 and np.isfinite([r["train_loss"] for r in got]).all()
         assert 0.0 <= got[-1]["test_accuracy"] <= 1.0
     else:
-        fixed = simulation.run({**config, "local_steps": 2, "aggregation": "size"},
+        fixed = planned_run({**config, "local_steps": 2, "aggregation": "size"},
                                str(tmp_path / "fixed"), **QUIET)
         assert fixed[-1]["train_loss"] < fixed[0]["train_loss"]
 
@@ -358,7 +360,6 @@ def test_a_partial_set_of_texts_is_said_and_recorded(tmp_path, monkeypatch):
 @pytest.mark.parametrize("preset", ["cpu", "paper"])
 def test_presets_are_valid_configs(preset):
     from experiments.configs import shakespeare as presets
-    from fedinit_jax import experiment
 
     config = presets.get_config(preset)
     experiment.validate(config)

@@ -4,7 +4,15 @@ registry line, and then runs in the binaries' loop, checkpointed and resumed lik
 import jax
 import numpy as np
 import pytest
-from conftest import QUIET, linreg_loss, params_from, quiet_config, rows, without_timing
+from conftest import (
+    QUIET,
+    linreg_loss,
+    params_from,
+    planned_run,
+    quiet_config,
+    rows,
+    without_timing,
+)
 
 from fedinit_jax import RoundInput, algorithms, client_store
 from fedinit_jax.federated_round import divergence_all
@@ -105,11 +113,11 @@ def test_a_registered_store_runs_in_the_binaries_loop(tmp_path, registered):
 
     config = quiet_config(rounds=4, algorithm="scaffold", beta=0.1, client_store="dict",
                           checkpoint_every=2, eval_every=1)
-    simulation.run(config, str(tmp_path / "straight"), **QUIET)
+    planned_run(config, str(tmp_path / "straight"), **QUIET)
     fault_then_resume(config, tmp_path / "resumed", "metrics_written:3")
     assert without_timing(rows(tmp_path / "resumed")) == without_timing(
         rows(tmp_path / "straight"))
     info = simulation.workdir_lib.read_json(str(tmp_path / "resumed" / "run_info.json"))
     assert info["client_store"] == "dict"
     with pytest.raises(ValueError, match="config.client_store='nosuch': allowed: auto, device"):
-        simulation.run(quiet_config(client_store="nosuch"), str(tmp_path / "x"), **QUIET)
+        planned_run(quiet_config(client_store="nosuch"), str(tmp_path / "x"), **QUIET)

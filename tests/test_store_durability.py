@@ -7,11 +7,10 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import QUIET, quiet_config, rows, without_timing
+from conftest import QUIET, planned_run, quiet_config, rows, without_timing
 
 from fedinit_jax import client_store
 from fedinit_jax.client_store import deltas
-from fedinit_jax.experiment import simulation
 from fedinit_jax.experiment.checkpoint import Checkpointer
 
 ROUNDS, EVERY = 6, 2
@@ -32,7 +31,7 @@ def uninterrupted(tmp_path_factory):
     """The metrics rows of an uninterrupted run (the disk store; the host store's are the
     same, asserted in test_the_kill_matrix)."""
     workdir = tmp_path_factory.mktemp("uninterrupted")
-    simulation.run(_config("disk"), str(workdir), **QUIET)
+    planned_run(_config("disk"), str(workdir), **QUIET)
     return without_timing(rows(workdir))
 
 
@@ -104,9 +103,9 @@ def test_the_kill_matrix(tmp_path, monkeypatch, uninterrupted, store, position):
     with monkeypatch.context() as patches:
         fault = KILLS[position][1](patches)
         with pytest.raises(Killed):
-            simulation.run(_config(store), str(tmp_path), fault=fault, **QUIET)
+            planned_run(_config(store), str(tmp_path), fault=fault, **QUIET)
     assert not [n for n in os.listdir(tmp_path / "checkpoints") if "tmp" in n]
-    simulation.run(_config(store), str(tmp_path), **QUIET)
+    planned_run(_config(store), str(tmp_path), **QUIET)
     assert without_timing(rows(tmp_path)) == uninterrupted
     assert not [n for n in os.listdir(tmp_path / "client_rows") if "tmp" in n]
 
@@ -114,7 +113,7 @@ def test_the_kill_matrix(tmp_path, monkeypatch, uninterrupted, store, position):
 def test_a_kill_while_restoring_then_rerun(tmp_path, monkeypatch, uninterrupted):
     """Killed in round 5, then killed again while the resume repairs the rows."""
     with pytest.raises(Killed):
-        simulation.run(_config("disk"), str(tmp_path), fault=_at("metrics_written:5"), **QUIET)
+        planned_run(_config("disk"), str(tmp_path), fault=_at("metrics_written:5"), **QUIET)
     with monkeypatch.context() as patches:
         calls = []
         original = client_store.DiskStore._write_flat
@@ -126,9 +125,9 @@ def test_a_kill_while_restoring_then_rerun(tmp_path, monkeypatch, uninterrupted)
 
         patches.setattr(client_store.DiskStore, "_write_flat", dying)
         with pytest.raises(Killed):
-            simulation.run(_config("disk"), str(tmp_path), **QUIET)
+            planned_run(_config("disk"), str(tmp_path), **QUIET)
         assert calls  # the round-5 rows were being put back
-    simulation.run(_config("disk"), str(tmp_path), **QUIET)
+    planned_run(_config("disk"), str(tmp_path), **QUIET)
     assert without_timing(rows(tmp_path)) == uninterrupted
 
 
@@ -139,7 +138,7 @@ def killed(tmp_path_factory):
     for store in ("disk", "host"):
         workdir = tmp_path_factory.mktemp(f"killed-{store}")
         with pytest.raises(Killed):
-            simulation.run(_config(store), str(workdir), fault=_at("metrics_written:5"),
+            planned_run(_config(store), str(workdir), fault=_at("metrics_written:5"),
                            **QUIET)
         out[store] = workdir
     return out
@@ -190,7 +189,7 @@ def test_the_damage_matrix(tmp_path, killed, uninterrupted, store, name, how, re
     _damage(str(folder / name), how)
     if refused is None:
         logged = []
-        simulation.run(_config(store), str(workdir), log=logged.append, progress=False)
+        planned_run(_config(store), str(workdir), log=logged.append, progress=False)
         assert without_timing(rows(workdir)) == uninterrupted
         if name.startswith("delta-"):
             assert any("checkpoint after round 4 is not usable" in line and name in line
@@ -198,7 +197,7 @@ def test_the_damage_matrix(tmp_path, killed, uninterrupted, store, name, how, re
         return
     before = sorted(os.listdir(workdir / "checkpoints"))
     with pytest.raises(ValueError, match=refused) as err:
-        simulation.run(_config(store), str(workdir), **QUIET)
+        planned_run(_config(store), str(workdir), **QUIET)
     assert "\n" not in str(err.value)
     assert sorted(os.listdir(workdir / "checkpoints")) == before  # nothing moved
 
@@ -215,7 +214,7 @@ def test_a_fallback_to_an_older_checkpoint_restores_its_rows(tmp_path, killed, u
         for name in files:
             _damage(os.path.join(folder, name), "empty")
     logged = []
-    simulation.run(_config(store), str(workdir), log=logged.append, progress=False)
+    planned_run(_config(store), str(workdir), log=logged.append, progress=False)
     assert "resumed from the checkpoint after round 2" in logged
     assert without_timing(rows(workdir)) == uninterrupted
     assert sorted(deltas.delta_rounds(str(workdir / "client_rows"))) == [2, 4, 6]
@@ -226,9 +225,9 @@ def test_bfloat16_rows_resume(tmp_path, store):
     """bfloat16 client state: deltas keep its bits (np.savez wrote it as raw void, which no
     rerun could read); a run extended from 4 to 6 rounds equals an uninterrupted one."""
     config = _config(store, client_state_dtype="bfloat16")
-    simulation.run({**config, "rounds": 4}, str(tmp_path / "run"), **QUIET)
-    simulation.run(config, str(tmp_path / "run"), **QUIET)
-    simulation.run(config, str(tmp_path / "straight"), **QUIET)
+    planned_run({**config, "rounds": 4}, str(tmp_path / "run"), **QUIET)
+    planned_run(config, str(tmp_path / "run"), **QUIET)
+    planned_run(config, str(tmp_path / "straight"), **QUIET)
     assert without_timing(rows(tmp_path / "run")) == without_timing(rows(tmp_path / "straight"))
     ids, held = deltas.read_delta(str(tmp_path / "run" / "client_rows"), "delta-4.npy",
                                         "bfloat16")
@@ -261,7 +260,7 @@ def test_a_failed_row_write_is_a_failed_write(tmp_path, monkeypatch):
 
     monkeypatch.setattr(client_store.DiskStore, "_write_rows", full_write)
     with pytest.raises(WriteError, match=r"no space left on device writing .*client_rows"):
-        simulation.run(_config("disk"), str(tmp_path), **QUIET)
+        planned_run(_config("disk"), str(tmp_path), **QUIET)
 
 
 @pytest.mark.parametrize("store", ["host", pytest.param("disk", marks=SLOW)])
@@ -277,10 +276,10 @@ def test_a_compacting_record_resumes_exactly_and_keeps_only_what_checkpoints_nam
     folder = str(tmp_path / "client_rows")
     if kill:
         with pytest.raises(Killed):
-            simulation.run(config, str(tmp_path), fault=_at(kill), **QUIET)
+            planned_run(config, str(tmp_path), fault=_at(kill), **QUIET)
         # before the commit the snapshot is not named yet; after it, delta-2 is left over
         assert deltas.delta_rounds(folder) == [2, 4]
-    simulation.run(config, str(tmp_path), **QUIET)
+    planned_run(config, str(tmp_path), **QUIET)
     assert without_timing(rows(tmp_path)) == uninterrupted
     assert deltas.delta_rounds(folder) == [6]
     manifest = Checkpointer(str(tmp_path), keep=1).client_rows(6)

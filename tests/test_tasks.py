@@ -8,10 +8,10 @@ import types
 
 import numpy as np
 import pytest
-from conftest import QUIET, ROOT, quiet_config
+from conftest import QUIET, ROOT, planned_run, quiet_config
 
 from fedinit_jax import experiment
-from fedinit_jax.experiment import simulation, tasks
+from fedinit_jax.experiment import tasks
 
 
 def _docs_family():
@@ -42,7 +42,7 @@ def test_the_worked_family_registers_and_trains(tmp_path, monkeypatch):
     assert [b.shape for b in batches] == [b.shape for b in plan.batches] and step_mask is None
     assert task.steps == plan.steps == batches[0].shape[1]
     assert tasks.own_fields(config) == {"alpha": 1.0, "beta": 1.0}
-    rows = simulation.run(config, str(tmp_path / "run"), **QUIET)
+    rows = planned_run(config, str(tmp_path / "run"), **QUIET)
     recorded = experiment.saved_config(str(tmp_path / "run" / "config.json"))
     assert recorded["task"] == {"my_synthetic": {"alpha": 1.0, "beta": 1.0}}
     accuracy = [r["test_accuracy"] for r in rows if "test_accuracy" in r]
@@ -147,7 +147,7 @@ def test_a_validation_split_is_held_out_of_the_clients_and_evaluated(tmp_path):
     with_validation = images.build(config)
     without = images.build(experiment.resolve(quiet_config()))
     assert with_validation.client_sizes[0] == 1150 // 8 < without.client_sizes[0] == 1437 // 8
-    rows = simulation.run(config, str(tmp_path), **QUIET)
+    rows = planned_run(config, str(tmp_path), **QUIET)
     assert {"val_accuracy", "val_loss", "test_accuracy", "test_loss"} <= rows[-1].keys()
     assert experiment.saved_config(str(tmp_path / "config.json"))["task"]["images"][
         "validation"] == 0.2

@@ -8,8 +8,9 @@ import sys
 import time
 
 import pytest
-from conftest import QUIET, ROOT, TINY, quiet_config, rows, train
+from conftest import QUIET, ROOT, TINY, planned_run, quiet_config, rows, train
 
+from fedinit_jax import experiment
 from fedinit_jax.experiment import simulation
 
 
@@ -43,7 +44,7 @@ KILL_CONFIG = {"rounds": 7, "local_epochs": 2, "eval_every": 2, "checkpoint_ever
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("uninterrupted")
-    simulation.run(quiet_config(**KILL_CONFIG), str(workdir), **QUIET)
+    planned_run(quiet_config(**KILL_CONFIG), str(workdir), **QUIET)
     return _metrics_bytes(workdir)
 
 
@@ -67,12 +68,13 @@ def test_sigkill_inside_a_round_then_resume_is_bit_identical(tmp_path, uninterru
     script = (
         "import sys, time; sys.path.insert(0, 'tests')\n"
         "from conftest import quiet_config, QUIET\n"
+        "from fedinit_jax import experiment\n"
         "from fedinit_jax.experiment import simulation\n"
         "def wait_there(point, t):\n"
         f"    if (point, t) == {(point, at)!r}:\n"
         "        print('there', flush=True); time.sleep(600)\n"
-        f"simulation.run(quiet_config(**{KILL_CONFIG!r}), {str(tmp_path)!r}, fault=wait_there,"
-        " **QUIET)\n")
+        f"simulation.run(experiment.plan(quiet_config(**{KILL_CONFIG!r})), {str(tmp_path)!r},"
+        " fault=wait_there, **QUIET)\n")
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, text=True,
                             env={**os.environ, "JAX_PLATFORMS": "cpu"},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -81,7 +83,7 @@ def test_sigkill_inside_a_round_then_resume_is_bit_identical(tmp_path, uninterru
     proc.wait()
     done = len(rows(tmp_path)) if (tmp_path / "metrics.jsonl").exists() else 0
     assert done == at - 1, done  # the rows before the point, none after
-    simulation.run(quiet_config(**KILL_CONFIG), str(tmp_path), **QUIET)
+    planned_run(quiet_config(**KILL_CONFIG), str(tmp_path), **QUIET)
     assert _metrics_bytes(tmp_path) == uninterrupted
 
 
@@ -103,7 +105,7 @@ def test_bad_config_is_named_before_anything_is_written(tmp_path, change, field)
     """In-process: the ValueError the binary turns into one line and exit 2 (below)."""
     workdir = tmp_path / "run"
     with pytest.raises((ValueError, OSError)) as err:
-        simulation.run(quiet_config(**change), str(workdir), **QUIET)
+        planned_run(quiet_config(**change), str(workdir), **QUIET)
     assert field in str(err.value)
     assert not workdir.exists()
 
@@ -148,12 +150,12 @@ def test_bad_invocations_are_one_line_exit_2(tmp_path, args, says):
 def test_damaged_config_json_is_named(tmp_path):
     tmp_path.joinpath("config.json").write_text('{"rounds": ')
     with pytest.raises(ValueError, match=f"{tmp_path}/config.json cannot be read"):
-        simulation.run(quiet_config(), str(tmp_path), **QUIET)
+        planned_run(quiet_config(), str(tmp_path), **QUIET)
 
 
 def test_bf16_client_state_end_to_end(tmp_path):
     logged = []
-    got = simulation.run(quiet_config(client_state_dtype="bfloat16"), str(tmp_path),
+    got = planned_run(quiet_config(client_state_dtype="bfloat16"), str(tmp_path),
                          log=logged.append, progress=False)
     assert any("x 2 bytes (bfloat16)" in line for line in logged)
     assert all(math.isfinite(r["train_loss"]) for r in got) and len(got) == 4
@@ -163,14 +165,14 @@ def test_unwritable_workdir(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(ValueError, match="not writable"):
-        simulation.run(quiet_config(), str(blocker / "run"), **QUIET)
+        planned_run(quiet_config(), str(blocker / "run"), **QUIET)
 
 
 def test_different_config_refuses_to_resume(tmp_path):
-    simulation.run(quiet_config(), str(tmp_path), **QUIET)
+    planned_run(quiet_config(), str(tmp_path), **QUIET)
     before = (tmp_path / "metrics.jsonl").read_text()
     with pytest.raises(ValueError, match="different config"):
-        simulation.run(quiet_config(beta=0.3), str(tmp_path), **QUIET)
+        planned_run(quiet_config(beta=0.3), str(tmp_path), **QUIET)
     assert (tmp_path / "metrics.jsonl").read_text() == before
 
 
@@ -197,7 +199,7 @@ def test_divergence_guard_after_good_rounds(tmp_path):
     """beta = 5 diverges only after some good rounds: those rows and checkpoints stay."""
     logged = []
     with pytest.raises(simulation.NonFiniteError) as err:
-        simulation.run(quiet_config(beta=5.0, rounds=40), str(tmp_path), log=logged.append,
+        planned_run(quiet_config(beta=5.0, rounds=40), str(tmp_path), log=logged.append,
                        progress=False)
     _check_divergence_kept_good_rounds(tmp_path, str(err.value))
     done = len(open(tmp_path / "metrics.jsonl").readlines())  # the good rounds, then:
@@ -216,7 +218,7 @@ def test_every_registered_algorithm_runs_through_the_loop_and_report(tmp_path, n
 
     base = quiet_config(rounds=2, eval_every=1, checkpoint_every=0)
     for name in names or algorithms.REGISTRY:
-        got = simulation.run({**base, "algorithm": name}, str(tmp_path / name), **QUIET)
+        got = planned_run({**base, "algorithm": name}, str(tmp_path / name), **QUIET)
         assert [r["round"] for r in got] == [1, 2] and "test_accuracy" in got[-1], name
     text = report([str(tmp_path)], str(tmp_path / "report"), window=1, last=2, with_figures=False)
     for shown in (algorithms.REGISTRY[n].display for n in names or algorithms.REGISTRY):
@@ -241,7 +243,6 @@ def test_ctrl_c_while_loading_is_the_documented_stop(tmp_path, delay):
 def test_a_federation_whose_client_arrays_cannot_fit_the_host_is_refused(monkeypatch):
     """The host keeps C client sizes (and C uniforms a per_client Bernoulli round): refused
     naming num_clients and the most this host takes, before anything is allocated."""
-    from fedinit_jax import experiment
     from fedinit_jax.experiment import memory
 
     monkeypatch.setattr(memory, "host_memory", lambda: 2**30)

@@ -7,7 +7,7 @@ import os
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import QUIET, quiet_config, rows, without_timing
+from conftest import QUIET, planned_run, quiet_config, rows, without_timing
 
 from fedinit_jax.experiment import record, simulation
 from fedinit_jax.experiment.workdir import WorkdirError
@@ -20,7 +20,7 @@ LONGER = quiet_config(rounds=6)
 def reference(tmp_path_factory):
     """An uninterrupted run of LONGER: its metrics rows."""
     workdir = tmp_path_factory.mktemp("reference")
-    simulation.run(LONGER, str(workdir), **QUIET)
+    planned_run(LONGER, str(workdir), **QUIET)
     return without_timing(rows(workdir))
 
 
@@ -28,7 +28,7 @@ def reference(tmp_path_factory):
 def done4(tmp_path_factory):
     """A finished run of SMALL (checkpoints 3 and 4), copied by each test."""
     workdir = tmp_path_factory.mktemp("done4")
-    simulation.run(SMALL, str(workdir), **QUIET)
+    planned_run(SMALL, str(workdir), **QUIET)
     return workdir
 
 
@@ -42,7 +42,7 @@ def workdir(tmp_path, done4):
 
 def _extend(workdir):
     logged = []
-    simulation.run(LONGER, str(workdir), log=logged.append, progress=False)
+    planned_run(LONGER, str(workdir), log=logged.append, progress=False)
     return logged
 
 
@@ -88,7 +88,7 @@ def test_a_metrics_row_no_checkpoint_vouches_for_is_refused(workdir, row2):
     before = path.read_bytes()
     with pytest.raises(WorkdirError, match=r"holds 4 rounds .*metrics.jsonl line 2 differs "
                                            r".*checkpoints after rounds 4, 3\)\)") as err:
-        simulation.run(LONGER, str(workdir), **QUIET)
+        planned_run(LONGER, str(workdir), **QUIET)
     assert "\n" not in str(err.value)
     assert path.read_bytes() == before
     assert sorted(os.listdir(workdir / "checkpoints")) == ["3", "4"]
@@ -123,7 +123,7 @@ def test_a_refusal_summary_says_the_rounds_done(workdir):
         _flip_a_bit(workdir, step)
     logged = []
     with pytest.raises(WorkdirError):
-        simulation.run(LONGER, str(workdir), log=logged.append, progress=False)
+        planned_run(LONGER, str(workdir), log=logged.append, progress=False)
     summary = [line for line in logged if line.startswith("summary:")]
     assert summary and "round 4/6 (none in this run)" in summary[0], logged
 
@@ -133,7 +133,7 @@ def test_every_checkpoint_damaged_after_rows_is_refused_naming_each(workdir):
         _flip_a_bit(workdir, step)
     with pytest.raises(WorkdirError, match=r"holds 4 rounds .*checkpoints/4: its state "
                                            r"differs.*checkpoints/3: "):
-        simulation.run(LONGER, str(workdir), **QUIET)
+        planned_run(LONGER, str(workdir), **QUIET)
     assert sorted(os.listdir(workdir / "checkpoints")) == ["3", "4"]
 
 
@@ -142,7 +142,7 @@ def test_a_diverging_evaluation_writes_no_checkpoint(tmp_path):
     checkpoint before it is never rotated out by one of a diverged state."""
     config = quiet_config(rounds=6, local_lr=1e4, runaway_factor=0.0)
     with pytest.raises(simulation.NonFiniteError, match="non-finite") as err:
-        simulation.run(config, str(tmp_path), **QUIET)
+        planned_run(config, str(tmp_path), **QUIET)
     assert "\n" not in str(err.value)
     diverged_at = int(str(err.value).split("round ")[1].split(":")[0])
     saved = sorted(int(s) for s in os.listdir(tmp_path / "checkpoints") if s.isdigit())
@@ -175,9 +175,9 @@ def test_train_log_says_when_the_previous_run_ended_uncleanly(workdir):
     log = workdir / "train.log"
     lines = log.read_text().splitlines(keepends=True)
     log.write_text("".join(lines[:-1]))  # as a SIGKILL leaves it: no summary line
-    simulation.run(LONGER, str(workdir), **QUIET)
+    planned_run(LONGER, str(workdir), **QUIET)
     text = log.read_text()
     assert text.count("note: the previous run in this workdir ended without its summary") == 1
     assert "client store: device (auto, as the run so far: run_info.json)" in text
-    simulation.run(quiet_config(rounds=7), str(workdir), **QUIET)  # ended cleanly: no note
+    planned_run(quiet_config(rounds=7), str(workdir), **QUIET)  # ended cleanly: no note
     assert log.read_text().count("note: the previous run") == 1

@@ -11,7 +11,7 @@ import numpy as np
 from fedinit_jax import algorithms, costs
 from fedinit_jax.checks import fail_config
 from fedinit_jax.experiment import memory, tasks
-from fedinit_jax.experiment.planning import Plan, plan
+from fedinit_jax.experiment.planning import Plan
 from fedinit_jax.types import FederatedAlgorithm, RoundInput
 
 __all__ = ["Experiment", "build", "round_input", "masked", "first_round_input",
@@ -32,13 +32,15 @@ class Experiment(NamedTuple):
     store_reason: str       # why that store
 
 
-def build(run_plan, client_store=None, log=None) -> Experiment:
-    """Load and split the data, build the model, the loss and the algorithm of a Plan (or of
-    a config, planned here); client_store (the one a resumed run recorded) replaces
+def build(run_plan: Plan, client_store=None, log=None) -> Experiment:
+    """Load and split the data, build the model, the loss and the algorithm of a Plan
+    (experiment.plan(config)); client_store (the one a resumed run recorded) replaces
     config.client_store="auto". log(line), if given, hears of each slow step (the data, the
     round's compilation) with its time."""
+    if not isinstance(run_plan, Plan):
+        raise ValueError(f"build takes a Plan (experiment.plan(config)), got "
+                         f"{type(run_plan).__name__}")
     log = log or (lambda line: None)
-    run_plan = run_plan if isinstance(run_plan, Plan) else plan(run_plan)
     data, sampling = run_plan.data, run_plan.sampling
     store = client_store if run_plan.store.kind == "auto" and client_store else (
         run_plan.store.kind)

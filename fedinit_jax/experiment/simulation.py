@@ -82,9 +82,10 @@ def _all_finite(tree):
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
 
 
-def run(plan, workdir: str, *, log=print, progress=None, fault=None) -> list[dict]:
-    """Train (or resume) the experiment of `plan` (experiment.plan(config), or a config,
-    planned here); returns all metrics rows.
+def run(plan: experiment.Plan, workdir: str, *, log=print, progress=None,
+        fault=None) -> list[dict]:
+    """Train (or resume) the experiment of `plan` (experiment.plan(config)); returns all
+    metrics rows.
 
     Every line goes to `log` and to <workdir>/train.log (workdir.TrainLog): first one naming
     the processes, devices, execution and client store, then one per slow step (loading,
@@ -98,14 +99,14 @@ def run(plan, workdir: str, *, log=print, progress=None, fault=None) -> list[dic
     (a client store's rows of a checkpoint, before its server state), "checkpoint_saved");
     an exception it raises ends the run there.
     """
+    if not isinstance(plan, experiment.Plan):
+        raise ValueError(f"run takes a Plan (experiment.plan(config)), got "
+                         f"{type(plan).__name__}")
     fault = fault or _no_fault
     started = time.perf_counter()
-    planned = isinstance(plan, experiment.Plan)
-    config = plan.config if planned else experiment.resolve(plan)  # as config.json records
+    config = plan.config  # as config.json records it
     with StopRequest() as stop:  # from the start: a signal while loading or compiling
         distributed.agree(config, workdir)  # every process: the same run, before any work
-        if not planned:
-            plan = experiment.plan(config)  # validated, and what follows from it: once
         primary, rounds = distributed.is_primary(), plan.schedule.rounds
         if primary:  # a workdir in use: refused before loading and compiling
             workdir_lib.refuse_if_busy(workdir)
