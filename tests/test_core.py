@@ -74,6 +74,17 @@ def test_never_sampled_client_starts_from_relaxed_initial_model(theta0):
     np.testing.assert_allclose(starts[0], w1 + beta * (w1 - theta0[:-1]), rtol=1e-6)
 
 
+def test_same_seed_bit_identical(linreg_rounds, theta0):
+    """The same algorithm, state and round inputs twice (FedInit, SCAFFOLD): every leaf of the
+    state and every metric equal to the bit."""
+    for name in ("fedinit", "scaffold"):
+        (state_a, history_a), (state_b, history_b) = (
+            run(algorithms.get(name, linreg_loss), theta0, linreg_rounds) for _ in range(2))
+        for a, b in zip(jax.tree.leaves(state_a), jax.tree.leaves(state_b), strict=True):
+            assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), name
+        assert history_a == history_b, name
+
+
 @pytest.mark.parametrize("execution, chunk", [("sequential", None), ("chunked", 2)])
 def test_execution_strategies_agree(linreg_rounds, theta0, execution, chunk):
     ref_state, ref_hist = run(algorithms.fedinit(linreg_loss), theta0, linreg_rounds)
