@@ -104,7 +104,7 @@ def round_parts(config: dict, devices: int):
     run_plan = experiment.plan({**config, "num_devices": devices, "execution": "vmap",
                                 "chunk_size": None})
     config, n = run_plan.config, run_plan.client_slots
-    parts = run_plan.data.family.abstract(config, n)
+    parts = run_plan.data.family.abstract(run_plan, n)
     algo = algorithms.get(run_plan.algorithm.name, parts.loss_fn, **run_plan.algorithm.kwargs,
                           runtime=run_plan.runtime)
     params = jax.eval_shape(lambda key: parts.model.init(key, parts.input_shape),

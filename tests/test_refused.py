@@ -111,7 +111,7 @@ def test_the_memory_check_builds_no_round_input(monkeypatch):
     import jax
 
     config = quiet_config()
-    task = tasks.family(config["dataset"]).build(config)
+    task = tasks.family(config["dataset"]).build(experiment.plan(config))
     sizes = []
 
     def recording(ids, rng):

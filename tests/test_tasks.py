@@ -36,9 +36,9 @@ def test_the_worked_family_registers_and_trains(tmp_path, monkeypatch):
     assert x.shape == (3, 100, 60) and y.shape == (3, 100)
     assert len(np.unique(y)) > 2 and not np.array_equal(y[0], y[1])
     # the planner's abstract round has the shapes of a built one
-    task = synthetic.build(config)
+    task = synthetic.build(experiment.plan(config))
     batches, step_mask = task.round_batches(np.array([0, 3]), np.random.default_rng(0))
-    plan = synthetic.abstract(config, 2)
+    plan = synthetic.abstract(experiment.plan(config), 2)
     assert [b.shape for b in batches] == [b.shape for b in plan.batches] and step_mask is None
     assert task.steps == plan.steps == batches[0].shape[1]
     assert tasks.own_fields(config) == {"alpha": 1.0, "beta": 1.0}
@@ -117,8 +117,9 @@ def test_the_shared_synthetic_federation_is_a_perturbed_shared_model():
     np.testing.assert_array_equal(got_y, np.argmax(x @ w.T + b, axis=1))
     first = [int(i) for t in range(3) for i in data.sample_clients(
         np.random.default_rng([config["seed"], 1, t]), 2000, 100)]
-    assert shared.sampled_test_clients(config).tolist() == list(dict.fromkeys(first))
-    task = tasks.family("synthetic_shared").build(config)
+    assert shared.sampled_test_clients(experiment.plan(config)).tolist() == list(
+        dict.fromkeys(first))
+    task = tasks.family("synthetic_shared").build(experiment.plan(config))
     ceiling = task.data_info["shared_model_accuracy"]
     assert set(ceiling) == {"test_accuracy", "test_accuracy_new"}
     assert 0.5 < ceiling["test_accuracy_new"] < 0.8  # far above chance (0.1), below 1
@@ -144,8 +145,8 @@ def test_a_validation_split_is_held_out_of_the_clients_and_evaluated(tmp_path):
     np.testing.assert_array_equal(images.held_out(1437, 0.2)[1], held)
     own = {**quiet_config()["task"]["images"], "validation": 0.2}
     config = experiment.resolve(quiet_config(task={"images": own}, rounds=2, eval_every=2))
-    with_validation = images.build(config)
-    without = images.build(experiment.resolve(quiet_config()))
+    with_validation = images.build(experiment.plan(config))
+    without = images.build(experiment.plan(quiet_config()))
     assert with_validation.client_sizes[0] == 1150 // 8 < without.client_sizes[0] == 1437 // 8
     rows = planned_run(config, str(tmp_path), **QUIET)
     assert {"val_accuracy", "val_loss", "test_accuracy", "test_loss"} <= rows[-1].keys()

@@ -49,7 +49,7 @@ def build(run_plan: Plan, client_store=None, log=None) -> Experiment:
                     "be readable by whichever process is dealt it: a multi-process run keeps its "
                     "clients on the device or on disk in the shared workdir (device, disk or auto)")
     began = time.perf_counter()
-    task = data.family.build(run_plan.config)
+    task = data.family.build(run_plan)
     log(f"data ready: {data.dataset} over {sampling.num_clients:,} clients "
         f"({time.perf_counter() - began:.1f} s to load, decode and split)")
     if not isinstance(task, tasks.Task):

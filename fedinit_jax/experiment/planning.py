@@ -25,10 +25,13 @@ class Data(NamedTuple):
     """The clients' data and a round's local work on it."""
 
     dataset: str            # config.dataset
-    family: Any             # its tasks.Family (Family.build(config) loads and splits it)
+    family: Any             # its tasks.Family (Family.build(plan) loads and splits it)
     fields: dict            # the family's own fields (config.task.<namespace>, tasks.own_fields)
+    data_dir: str           # where the data is ('' = the loader's default)
+    cache_dir: str          # the decoded-array cache ('' = the default)
     model: str
     model_width: float
+    conv: str               # the image models' convolution form (models.get)
     batch_size: int         # B
     local_epochs: int       # E (local_steps 0)
     local_steps: int        # K > 0: K steps drawn from a client's data, else E epochs
@@ -77,8 +80,8 @@ class Store(NamedTuple):
 class Plan(NamedTuple):
     """A config resolved once, before any data (plan(config)): what the build, its memory
     checks and the run loop receive instead of recomputing them from the config; the
-    config itself is kept for what identifies the run (config.json, resume) and for the
-    task family's build (Family.build(config))."""
+    config itself is kept for what identifies the run (config.json, resume); the task
+    family's build reads the typed parts (Family.build(plan))."""
 
     config: dict            # checked(): resolved and validated
     data: Data
@@ -108,7 +111,8 @@ def plan(config) -> Plan:
                         config["participation"], config["participation_draw"],
                         client_slots(config), expected_clients(config))
     data = Data(config["dataset"], tasks.family(config["dataset"]), tasks.own_fields(config),
-                config["model"], config["model_width"], config["batch_size"],
+                config["data_dir"], config["cache_dir"], config["model"],
+                config["model_width"], config["conv"], config["batch_size"],
                 config["local_epochs"], config["local_steps"])
     algorithm = Algorithm(config["algorithm"], algorithm_kwargs(config), config["aggregation"])
     store = Store(config["client_store"], config["client_state_dtype"])

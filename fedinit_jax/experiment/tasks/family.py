@@ -54,12 +54,13 @@ class AbstractRound(NamedTuple):
 class Family(NamedTuple):
     """A dataset family.
 
-    build(config) -> Task.  check(config): ValueError("config.<field>...") for what can be
-    refused without the data (called by experiment.validate).  abstract(config, slots) ->
-    AbstractRound.  natural_split: the label of the data's own partition ("roles"), or None
-    when the config's partition (iid / dirichlet / pathological) splits it.  fields: the
-    family's own config fields and their defaults ({"alpha": 1.0, "beta": 1.0}), read with
-    own_fields(config).
+    build(plan) -> Task, from the Plan's typed parts (experiment.plan(config): plan.data,
+    plan.sampling, plan.schedule, plan.runtime).  check(config): ValueError("config.<field>...")
+    for what can be refused without the data (called by experiment.validate, before there is
+    a plan).  abstract(plan, slots) -> AbstractRound.  natural_split: the label of the
+    data's own partition ("roles"), or None when the config's partition (iid / dirichlet /
+    pathological) splits it.  fields: the family's own config fields and their defaults
+    ({"alpha": 1.0, "beta": 1.0}): a plan's data.fields, own_fields(config).
     """
 
     build: Callable[[Any], Task]

@@ -50,13 +50,13 @@ def _field(name: str) -> str:
     return f"task.{IMAGES}.{name}"
 
 
-def load_split(config, split):
-    """(images, labels, num_classes) of the configured dataset's split."""
-    name = config["dataset"]
+def load_split(plan_data, split):
+    """(images, labels, num_classes) of the dataset's split (plan_data: a Plan's data part)."""
+    name = plan_data.dataset
     if name in EMBEDDED:
         return EMBEDDED[name](split)
-    return data.load(name, split, data_dir=config["data_dir"] or None,
-                     cache_dir=config["cache_dir"] or None)
+    return data.load(name, split, data_dir=plan_data.data_dir or None,
+                     cache_dir=plan_data.cache_dir or None)
 
 
 def held_out(num_examples: int, fraction: float):
@@ -82,9 +82,9 @@ def evaluator(net, test, validation, mean, std):
     return evaluate
 
 
-def partition(config, labels):
-    """Every client's example indices under config.task.images.partition."""
-    c, seed, own = config["num_clients"], config["seed"], own_fields(config)
+def partition(plan, labels):
+    """Every client's example indices under task.images.partition."""
+    c, seed, own = plan.sampling.num_clients, plan.schedule.seed, plan.data.fields
     if own["partition"] == "iid":
         return data.iid(labels, c, seed)
     if own["partition"] == "dirichlet":
@@ -92,56 +92,56 @@ def partition(config, labels):
     return data.pathological(labels, c, own["classes_per_client"], seed)
 
 
-def model(config, num_classes):
-    """The config's image model (with its width where it takes one)."""
-    return models.get(config["model"], num_classes, conv=config["conv"],
-                      execution=config["execution"],
-                      **({"width": config["model_width"]}
-                         if config["model"] in models.WIDTH_MODELS else {}))
+def model(plan, num_classes, conv=None):
+    """The plan's image model (with its width where it takes one); conv replaces its
+    convolution form."""
+    d = plan.data
+    return models.get(d.model, num_classes, conv=conv or d.conv, execution=plan.runtime.execution,
+                      **({"width": d.model_width} if d.model in models.WIDTH_MODELS else {}))
 
 
-def steps(config, shard_size: int) -> int:
-    """K: config.local_steps, else local_epochs passes over a shard."""
-    return config["local_steps"] or (
-        config["local_epochs"] * data.steps_per_epoch(shard_size, config["batch_size"]))
+def steps(plan_data, shard_size: int) -> int:
+    """K: local_steps, else local_epochs passes over a shard."""
+    return plan_data.local_steps or (
+        plan_data.local_epochs * data.steps_per_epoch(shard_size, plan_data.batch_size))
 
 
-def build(config) -> Task:
-    """The training split partitioned into equal shards (with the config's noises)."""
-    own = own_fields(config)
-    train_x, train_y, num_classes = load_split(config, "train")
-    test_x, test_y, _ = load_split(config, "test")
+def build(plan) -> Task:
+    """The training split partitioned into equal shards (with the plan's noises)."""
+    d, own = plan.data, plan.data.fields
+    clients, seed = plan.sampling.num_clients, plan.schedule.seed
+    train_x, train_y, num_classes = load_split(d, "train")
+    test_x, test_y, _ = load_split(d, "test")
     validation = None
     if own["validation"]:
         kept, held = held_out(len(train_y), own["validation"])
         validation = (train_x[held], train_y[held])
         train_x, train_y = train_x[kept], train_y[kept]
-    if config["num_clients"] > len(train_y):
-        fail_config("num_clients", config["num_clients"],
-                    f"more clients than the {len(train_y)} training samples")
+    if clients > len(train_y):
+        fail_config("num_clients", clients, f"more clients than the {len(train_y)} training "
+                    "samples")
     if own["partition"] == "pathological" and own["classes_per_client"] > num_classes:
         fail_config(_field("classes_per_client"), own["classes_per_client"],
-                    f"{config['dataset']} has only {num_classes} classes")
-    shard_size = len(train_y) // config["num_clients"]
-    if config["batch_size"] > shard_size:
-        fail_config("batch_size", config["batch_size"],
+                    f"{d.dataset} has only {num_classes} classes")
+    shard_size = len(train_y) // clients
+    if d.batch_size > shard_size:
+        fail_config("batch_size", d.batch_size,
                     f"must be <= the shard size {shard_size} ({len(train_y)} samples / "
-                    f"{config['num_clients']} clients)")
-    shards = data.build_shards(train_x, train_y, partition(config, train_y),
+                    f"{clients} clients)")
+    shards = data.build_shards(train_x, train_y, partition(plan, train_y),
                                num_classes=num_classes, client_noise=own["client_noise"],
-                               category_noise=own["category_noise"], seed=config["seed"])
-    mean, std = CHANNEL_STATS.get(config["dataset"]) or channel_stats(train_x)
-    net = model(config, num_classes)
+                               category_noise=own["category_noise"], seed=seed)
+    mean, std = CHANNEL_STATS.get(d.dataset) or channel_stats(train_x)
+    net = model(plan, num_classes)
 
     def round_batches(ids, rng):
-        return data.round_batches(shards, ids, epochs=config["local_epochs"],
-                                  batch_size=config["batch_size"], rng=rng,
-                                  steps=config["local_steps"]), None
+        return data.round_batches(shards, ids, epochs=d.local_epochs, batch_size=d.batch_size,
+                                  rng=rng, steps=d.local_steps), None
 
-    return Task(round_batches, np.full(config["num_clients"], shard_size),
+    return Task(round_batches, np.full(clients, shard_size),
                 losses.classification_loss(net.apply, mean, std, augment=own["augment"]),
                 evaluator(net, (test_x, test_y), validation, mean, std), net,
-                train_x.shape[1:], num_classes, steps(config, shard_size),
+                train_x.shape[1:], num_classes, steps(d, shard_size),
                 train_x[0].nbytes + train_y[0].nbytes + 8)
 
 
@@ -165,19 +165,20 @@ def check(config) -> None:
                     "(shakespeare)")
 
 
-def abstract(config, slots: int) -> AbstractRound:
+def abstract(plan, slots: int) -> AbstractRound:
     """The round's shapes from SHAPES (no download): [N, K, B, H, W, C] uint8 images."""
-    if config["dataset"] not in SHAPES:
-        raise ValueError(f"dataset {config['dataset']!r}: its shapes are not known without "
+    d = plan.data
+    if d.dataset not in SHAPES:
+        raise ValueError(f"dataset {d.dataset!r}: its shapes are not known without "
                          f"loading it (known: {', '.join(SHAPES)})")
-    size, classes, example = SHAPES[config["dataset"]]
-    size -= len(held_out(size, own_fields(config)["validation"])[1])
-    net = model({**config, "conv": "xla"}, classes)  # the conv form does not change shapes
+    size, classes, example = SHAPES[d.dataset]
+    size -= len(held_out(size, d.fields["validation"])[1])
+    net = model(plan, classes, conv="xla")  # the conv form does not change shapes
     channels = example[-1]  # the statistics do not change the shapes
     loss = losses.classification_loss(net.apply, [0.5] * channels, [0.25] * channels,
-                                     augment=own_fields(config)["augment"])
-    k = steps(config, size // config["num_clients"])
-    b = config["batch_size"]
+                                     augment=d.fields["augment"])
+    k = steps(d, size // plan.sampling.num_clients)
+    b = d.batch_size
     batches = (jax.ShapeDtypeStruct((slots, k, b, *example), np.uint8),
                jax.ShapeDtypeStruct((slots, k, b), np.int32))
     return AbstractRound(net, loss, example, k, batches, None)

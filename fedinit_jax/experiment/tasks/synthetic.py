@@ -50,9 +50,9 @@ def held_out(x, y):
     return x[:, TRAIN:].reshape(-1, FEATURES), y[:, TRAIN:].reshape(-1)
 
 
-def steps(config):
+def steps(plan_data):
     """K: config.local_steps, else local_epochs passes over the 80 training examples."""
-    return config["local_steps"] or config["local_epochs"] * (TRAIN // config["batch_size"])
+    return plan_data.local_steps or plan_data.local_epochs * (TRAIN // plan_data.batch_size)
 
 
 def loss_and_accuracy(apply_fn, params, x, y):
@@ -62,11 +62,11 @@ def loss_and_accuracy(apply_fn, params, x, y):
             jnp.mean(jnp.argmax(logits, -1) == y))
 
 
-def generated_task(config, make, tests, info) -> Task:
+def generated_task(plan, make, tests, info) -> Task:
     """The Task of a federation whose clients' data make(id) generates on demand.
 
     Args:
-      config: the run's config (model, C, local epochs or steps, batch size).
+      plan: the run's Plan (its model, C, local epochs or steps, batch size).
       make: client id -> (x [100, 60], y [100]); its first 80 examples are trained on.
       tests: {suffix: (x [M, 60], y [M])}: evaluate reports test_accuracy<suffix> and
         test_loss<suffix> of each.
@@ -74,7 +74,8 @@ def generated_task(config, make, tests, info) -> Task:
     Returns:
       the Task.
     """
-    model = models.get(config["model"], CLASSES)
+    d = plan.data
+    model = models.get(d.model, CLASSES)
     tests = {suffix: (jnp.asarray(x), jnp.asarray(y)) for suffix, (x, y) in tests.items()}
 
     def loss_fn(params, batch, key):
@@ -93,25 +94,23 @@ def generated_task(config, make, tests, info) -> Task:
         """The sampled clients' data made now, then batched as any shards are."""
         x, y = stacked(ids, make)
         shards = data.ClientShards(x[:, :TRAIN], y[:, :TRAIN])
-        return data.round_batches(shards, np.arange(len(ids)), epochs=config["local_epochs"],
-                                  batch_size=config["batch_size"], rng=rng,
-                                  steps=config["local_steps"]), None
+        return data.round_batches(shards, np.arange(len(ids)), epochs=d.local_epochs,
+                                  batch_size=d.batch_size, rng=rng, steps=d.local_steps), None
 
-    return Task(round_batches, np.full(config["num_clients"], TRAIN, np.int32), loss_fn,
-                evaluate, model, (FEATURES,), CLASSES, steps(config), 4 * FEATURES + 4 + 8,
-                info)
+    return Task(round_batches, np.full(plan.sampling.num_clients, TRAIN, np.int32), loss_fn,
+                evaluate, model, (FEATURES,), CLASSES, steps(d), 4 * FEATURES + 4 + 8, info)
 
 
-def build(config) -> Task:
-    fields = own_fields(config)
+def build(plan) -> Task:
+    fields, seed, clients = plan.data.fields, plan.schedule.seed, plan.sampling.num_clients
 
     def make(i):
-        return client_data(i, fields["alpha"], fields["beta"], config["seed"])
+        return client_data(i, fields["alpha"], fields["beta"], seed)
 
-    test_x, test_y = held_out(*stacked(range(min(TEST_CLIENTS, config["num_clients"])), make))
-    info = {"clients": config["num_clients"], "generated": "per client, from (seed, id)",
+    test_x, test_y = held_out(*stacked(range(min(TEST_CLIENTS, clients)), make))
+    info = {"clients": clients, "generated": "per client, from (seed, id)",
             "test_examples": int(test_y.shape[0])}
-    return generated_task(config, make, {"": (test_x, test_y)}, info)
+    return generated_task(plan, make, {"": (test_x, test_y)}, info)
 
 
 def check(config) -> None:
@@ -125,9 +124,9 @@ def check(config) -> None:
         checks.check_number(f"config.task.{config['dataset']}.{name}", value, 0.0)
 
 
-def abstract(config, slots: int) -> AbstractRound:
-    model = models.get(config["model"], CLASSES)
-    k, b = steps(config), config["batch_size"]
+def abstract(plan, slots: int) -> AbstractRound:
+    model = models.get(plan.data.model, CLASSES)
+    k, b = steps(plan.data), plan.data.batch_size
     batches = (jax.ShapeDtypeStruct((slots, k, b, FEATURES), np.float32),
                jax.ShapeDtypeStruct((slots, k, b), np.int32))
     return AbstractRound(model, lambda p, batch, key: loss_and_accuracy(

@@ -28,7 +28,7 @@ import numpy as np
 
 from fedinit_jax import checks, data
 from fedinit_jax.experiment.tasks import synthetic
-from fedinit_jax.experiment.tasks.family import AbstractRound, Family, Task, own_fields
+from fedinit_jax.experiment.tasks.family import AbstractRound, Family, Task
 from fedinit_jax.experiment.tasks.synthetic import (
     CLASSES,
     FEATURES,
@@ -58,37 +58,37 @@ def client_data(client_id: int, alpha: float, beta: float, seed: int, shared=Non
     return x, np.argmax(x @ w.T + b, axis=1).astype(np.int32)
 
 
-def sampled_test_clients(config) -> np.ndarray:
+def sampled_test_clients(plan) -> np.ndarray:
     """Up to 500 distinct clients sampled in the run's first rounds, in order of sampling
     (fixed participation: the ids of data.sample_clients under the run's round rng)."""
-    per_round = data.expected_clients(config["participation"], config["num_clients"])
+    clients, per_round = plan.sampling.num_clients, plan.sampling.expected_clients
     seen, t = [], 0
-    while len(seen) < min(TEST_CLIENTS, config["num_clients"]) and t < config["rounds"]:
-        rng = data.round_rng(config["seed"], t)
-        seen.extend(int(i) for i in data.sample_clients(rng, config["num_clients"], per_round)
+    while len(seen) < min(TEST_CLIENTS, clients) and t < plan.schedule.rounds:
+        rng = data.round_rng(plan.schedule.seed, t)
+        seen.extend(int(i) for i in data.sample_clients(rng, clients, per_round)
                     if i not in seen)
         t += 1
     return np.asarray(seen[:TEST_CLIENTS], np.int64)
 
 
-def build(config) -> Task:
-    fields = own_fields(config)
-    shared = shared_model(config["seed"])
+def build(plan) -> Task:
+    fields, seed, clients = plan.data.fields, plan.schedule.seed, plan.sampling.num_clients
+    shared = shared_model(seed)
 
     def make(i):
-        return client_data(i, fields["alpha"], fields["beta"], config["seed"], shared)
+        return client_data(i, fields["alpha"], fields["beta"], seed, shared)
 
-    new_ids = np.arange(config["num_clients"], config["num_clients"] + TEST_CLIENTS)
-    tests = {"": synthetic.held_out(*synthetic.stacked(sampled_test_clients(config), make)),
+    new_ids = np.arange(clients, clients + TEST_CLIENTS)
+    tests = {"": synthetic.held_out(*synthetic.stacked(sampled_test_clients(plan), make)),
              "_new": synthetic.held_out(*synthetic.stacked(new_ids, make))}
     ceiling = {f"test_accuracy{suffix}": float(np.mean(np.argmax(x @ shared[0].T + shared[1],
                                                                  axis=1) == y))
                for suffix, (x, y) in tests.items()}
-    info = {"clients": config["num_clients"], "generated": "per client, from (seed, id)",
+    info = {"clients": clients, "generated": "per client, from (seed, id)",
             "test_examples": {f"test_accuracy{s}": int(y.shape[0]) for s, (_, y) in
                               tests.items()},
             "shared_model_accuracy": ceiling}
-    return synthetic.generated_task(config, make, tests, info)
+    return synthetic.generated_task(plan, make, tests, info)
 
 
 def check(config) -> None:
@@ -99,8 +99,8 @@ def check(config) -> None:
                     "use participation_mode=fixed")
 
 
-def abstract(config, slots: int) -> AbstractRound:
-    return synthetic.abstract(config, slots)
+def abstract(plan, slots: int) -> AbstractRound:
+    return synthetic.abstract(plan, slots)
 
 
 FAMILY = Family(build=build, check=check, abstract=abstract,
