@@ -265,3 +265,23 @@ def test_fedacgs_beta_is_its_own_hyperparameter_not_ri():
     assert results.method({**base, "beta": 0.7}) == "FedACG [beta=0.7]"
     assert results.method({"algorithm": "scaffold", "beta": 0.1}) == "SCAFFOLD+RI"
 
+
+def test_the_tuning_report_chooses_by_validation_never_by_test(tmp_path):
+    """experiments/tuning_report.py: per method the setting of the best final validation
+    accuracy (mean of the last evaluations), whatever the test split says; an unfinished run
+    is listed and never chosen; chosen.json holds the chosen setting's fields."""
+    from experiments import tuning_report
+
+    settings = [("a", 0.01, [0.3, 0.5, 0.6], [0.9, 0.9, 0.9], 3),   # best on test only
+                ("b", 0.03, [0.4, 0.6, 0.7], [0.5, 0.5, 0.5], 3),   # best on validation
+                ("c", 0.1, [0.9, 0.9], [0.9, 0.9], 3)]              # unfinished (2 of 3)
+    for name, lr, val, test, rounds in settings:
+        write_run(tmp_path / "r" / name, "fedadam", 0.0, 0, test, rounds=rounds,
+                  extra={"val_accuracy": val}, options={"server_lr": lr})
+    tuning_report.main([str(tmp_path / "r"), "--out", str(tmp_path / "out"), "--window", "2"])
+    chosen = json.load(open(tmp_path / "out" / "chosen.json"))
+    assert chosen["FedAdam"]["server_lr"] == 0.03 and "beta" not in chosen["FedAdam"]
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "| FedAdam | 3 | server_lr=0.03" in text and "65.00 | 50.00 |" in text
+    assert "| server_lr=0.1, b1=0.9, b2=0.99, eps=0.01 | - | - | 2/3 |" in text
+
