@@ -404,6 +404,29 @@ def test_fedacg_matches_the_numpy_reference(beta, mu, clip, theta0, linreg_round
                                               else "next" if option == "ri_offset" else 0.5})
 
 
+@pytest.mark.parametrize("name", ["fedadam", "fedavgm"])
+def test_the_momentum_rule_on_a_stateful_server_takes_the_start_aggregation(
+        name, theta0, linreg_rounds):
+    """FedInit's `momentum` rule on top of a server optimizer with state: with
+    delta_from="start" the optimizer sees only the local progress mean_S(p_i) and the rule
+    moves the clients' starts (matches the numpy loop: w, m^t, metrics); with "global" its
+    pseudo-gradient would hold beta (e_i + m^t), m^t a sum of past server steps the
+    optimizer's own state already holds, so it is refused as for Algorithm 1's offset."""
+    hparams = {"server_lr": 0.1} if name == "fedadam" else {"server_lr": 0.5, "momentum": 0.7}
+    options = {"beta": 0.2, "ri_offset": "momentum", "first_visit": "global",
+               "clip_norm": None, "weight_decay": None}
+    algo = algorithms.get(name, linreg_loss, delta_from="start", **hparams, **options)
+    state, history = run(algo, theta0, linreg_rounds)
+    ref = simulate(name, theta0, NUM_CLIENTS, linreg_rounds, beta=0.2, delta_from="start",
+                   ri_offset="momentum", **hparams)
+    for got, want in ((state.params, ref["w"]), (state.ri_state, ref["ri_state"])):
+        np.testing.assert_allclose(flat(got), want, rtol=1e-5, atol=1e-6)
+    for got, want in zip(history, ref["history"], strict=True):
+        assert got["train_loss"] == pytest.approx(want["train_loss"], rel=1e-5, abs=1e-7)
+    with pytest.raises(ValueError, match="delta_from='global' with beta=0.2"):
+        algorithms.get(name, linreg_loss, **hparams, **options)
+
+
 def test_momentum_offset_decays_as_its_sampling_says_with_its_gain_below_one():
     """ri_offset="momentum": gamma = 1 - N/C (a client's chance of missing a round), capped so
     that the feedback gain beta gamma / (1 - gamma) is at most 0.9 (docs/algorithms.md)."""
