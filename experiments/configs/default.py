@@ -34,7 +34,9 @@ def get_config():
     # cifar10, any TFDS image dataset) under task.images: partition (iid | dirichlet |
     # pathological), dirichlet_alpha, classes_per_client (pathological only), client_noise
     # (client-based RGB strength), category_noise (category-based brightness), augment
-    # (flip + padded crop; off for 8x8 digits); task.synthetic.alpha, ... (tasks/*.py)
+    # (flip + padded crop; off for 8x8 digits), validation (the fraction of the training
+    # split held out and evaluated as val_accuracy, for tuning; 0: none);
+    # task.synthetic.alpha, ... (tasks/*.py)
     c.task = ml_collections.ConfigDict(tasks.field_defaults())
     # model
     c.model = "mlp"
