@@ -25,7 +25,6 @@ its replicas' state to <out>/<method>.ckpt.npz every --checkpoint-every rounds; 
 resumes there exactly (every round's clients, batches and key come from (seed, round)).
 """
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -36,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedinit_jax import RoundInput, algorithms, data, losses, models, replicas
+from fedinit_jax.client_store.deltas import sha256
 
 __all__ = ["METHODS", "SETTINGS", "pack", "load", "run", "main"]
 
@@ -44,14 +44,6 @@ SETTINGS = dict(num_clients=100, clients_per_round=10, dirichlet_alpha=0.1, loca
                 batch_size=50, local_lr=0.1, lr_decay=0.998, weight_decay=1e-3, clip_norm=10.0,
                 delta_from="start", rounds=500, seeds=(0, 1, 2), model="resnet18_gn")
 CIFAR10_STATS = ([0.4914, 0.4822, 0.4465], [0.2470, 0.2435, 0.2616])
-
-
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def pack(out: str, arrays: dict, piece_bytes: int = 60 << 20) -> dict:
@@ -67,7 +59,7 @@ def pack(out: str, arrays: dict, piece_bytes: int = 60 << 20) -> dict:
             path = os.path.join(out, f"{name}.{i}.npy")
             np.save(path, array[start:start + rows])
             manifest[name].append({"file": os.path.basename(path),
-                                   "bytes": os.path.getsize(path), "sha256": _sha256(path),
+                                   "bytes": os.path.getsize(path), "sha256": sha256(path),
                                    "rows": int(len(array[start:start + rows]))})
     with open(os.path.join(out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=2)
@@ -93,7 +85,7 @@ def load(folders) -> dict:
     for pieces in manifest.values():
         for piece in pieces:
             path = paths[piece["file"]] = _find(folders, piece["file"])
-            if os.path.getsize(path) != piece["bytes"] or _sha256(path) != piece["sha256"]:
+            if os.path.getsize(path) != piece["bytes"] or sha256(path) != piece["sha256"]:
                 raise ValueError(f"{path} differs from manifest.json (size or sha256): copy "
                                  "it again")
     return {name: np.concatenate([np.load(paths[p["file"]]) for p in pieces])

@@ -40,7 +40,7 @@ import numpy as np
 __all__ = ["FORMAT", "BLOCK_BYTES", "COMPACT_AFTER", "StoreDamaged", "delta_name",
            "delta_rounds", "block_rows", "compacts", "remove_temporaries", "write_delta",
            "read_delta", "read_blocks", "verify", "entries", "newest_first", "remove_after",
-           "remove_unreferenced"]
+           "remove_unreferenced", "sha256"]
 
 FORMAT = 2
 BLOCK_BYTES = 64 << 20  # rows written or read at once: a delta never held whole
@@ -135,7 +135,7 @@ def write_delta(folder: str, rounds_done: int, ids: np.ndarray, read_rows) -> di
                 f.write(records.tobytes())
             f.flush()
             os.fsync(f.fileno())
-        size, digest = os.path.getsize(tmp), _sha256(tmp)
+        size, digest = os.path.getsize(tmp), sha256(tmp)
         os.replace(tmp, os.path.join(folder, name))
     finally:
         if os.path.exists(tmp):
@@ -193,7 +193,7 @@ def verify(folder: str, manifest: dict, rounds_done: int) -> None:
             why = "is missing"
         elif os.path.getsize(path) != entry["bytes"]:
             why = f"has {os.path.getsize(path)} bytes, not {entry['bytes']}"
-        elif _sha256(path) != entry["sha256"]:
+        elif sha256(path) != entry["sha256"]:
             why = "has changed (sha256 differs)"
         else:
             continue
@@ -203,7 +203,8 @@ def verify(folder: str, manifest: dict, rounds_done: int) -> None:
             "aside and rerun to start over")
 
 
-def _sha256(path: str) -> str:
+def sha256(path: str) -> str:
+    """The file's sha256, hex (read in 4 MiB blocks)."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):
