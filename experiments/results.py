@@ -31,11 +31,10 @@ NOT_IDENTITY = {"seed", "data_dir", "cache_dir", "execution", "chunk_size", "num
 def find_runs(folders, skipped=None) -> list[Run]:
     """Every readable run under the given folders (a folder may itself be a run).
 
-    A config.json saved before a field existed reads as that field's "as before" value
-    (experiment.saved_config, as a resumed run does), so it is not a variant of runs that
-    wrote the field. A run whose config.json, run_info.json or metrics.jsonl is damaged, or
-    a workdir that lacks config.json or metrics.jsonl, is left out; its path and the reason
-    are appended to `skipped` (a list) when one is given."""
+    config.json is read as a resumed run reads it (experiment.saved_config: today's schema
+    only). A run whose config.json (another schema among the reasons), run_info.json or
+    metrics.jsonl is damaged, or a workdir that lacks config.json or metrics.jsonl, is left
+    out; its path and the reason are appended to `skipped` (a list) when one is given."""
     from fedinit_jax.experiment import saved_config, workdir
 
     runs = []
