@@ -90,19 +90,23 @@ def report(folder: str, window: int) -> tuple[str, dict]:
              f"Validation accuracy: the mean of each run's last {window} evaluations of "
              "val_accuracy (the held-out training examples); test accuracy the same of "
              "test_accuracy, printed beside and never used to choose. A run that did not "
-             "finish is never chosen. n = 1 seed a setting.", "",
+             "finish is never chosen. n = 1 seed a setting. Minutes: the run's rounds and "
+             "evaluations (train_seconds + eval_seconds): a cost, not a benchmark (runs may "
+             "have shared their machine; run_info.json records it and its load).", "",
              "| method | settings | chosen | validation % | test % |", "|---|---|---|---|---|"]
     for method in order:
         val, test, fields, _ = chosen[method][0]
         lines.append(f"| {method} | {len(chosen[method])} | {_fields(fields)} | "
                      f"{_percent(val)} | {_percent(test)} |")
     for method in order:
-        lines += ["", f"## {method}", "", "| setting | validation % | test % | rounds |",
-                  "|---|---|---|---|"]
+        lines += ["", f"## {method}", "",
+                  "| setting | validation % | test % | rounds | minutes |", "|---|---|---|---|---|"]
         for i, (val, test, fields, run) in enumerate(chosen[method]):
             mark = " (chosen)" if i == 0 and val is not None else ""
+            minutes = sum(r.get("train_seconds", 0.0) + r.get("eval_seconds", 0.0)
+                          for r in run.rows) / 60
             lines.append(f"| {_fields(fields)}{mark} | {_percent(val)} | {_percent(test)} | "
-                         f"{len(run.rows)}/{run.config['rounds']} |")
+                         f"{len(run.rows)}/{run.config['rounds']} | {minutes:.1f} |")
     picked = {m: chosen[m][0][2] for m in order if chosen[m][0][0] is not None}
     return "\n".join(lines) + "\n", picked
 

@@ -283,5 +283,5 @@ def test_the_tuning_report_chooses_by_validation_never_by_test(tmp_path):
     assert chosen["FedAdam"]["server_lr"] == 0.03 and "beta" not in chosen["FedAdam"]
     text = (tmp_path / "out" / "report.md").read_text()
     assert "| FedAdam | 3 | server_lr=0.03" in text and "65.00 | 50.00 |" in text
-    assert "| server_lr=0.1, b1=0.9, b2=0.99, eps=0.01 | - | - | 2/3 |" in text
+    assert "| server_lr=0.1, b1=0.9, b2=0.99, eps=0.01 | - | - | 2/3 | 0.2 |" in text
 
