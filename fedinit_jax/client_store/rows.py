@@ -20,8 +20,9 @@ __all__ = ["initial_row", "Layout", "check_ids", "LazyStore"]
 
 def initial_row(algo: FederatedAlgorithm, params) -> Cohort:
     """One client's row before it is first sampled: its offset rule's first row (w^0 under
-    Algorithm 1's) and the correction's init state, in the runtime's storage dtype (leaves without the client axis; whether a client was
-    sampled is its row's presence, not part of it)."""
+    Algorithm 1's) and the correction's init state, in the runtime's storage dtype (leaves
+    without the client axis; whether a client was sampled is its row's presence, not part
+    of it)."""
     return Cohort(to_storage(algo.runtime, algo.spec.ri_offset.first_row(params)),
                   to_storage(algo.runtime, algo.spec.correction.client.init(params)), None)
 
