@@ -93,10 +93,11 @@ def load(folders) -> dict:
 
 
 def _rows(path):
+    """The rows a method's log holds; a last line cut by a kill (no newline) is dropped."""
     if not os.path.exists(path):
         return []
     with open(path) as f:
-        return [json.loads(line) for line in f]
+        return [json.loads(line) for line in f if line.endswith("\n")]
 
 
 def run(arrays: dict, out: str, method: str, settings: dict, eval_every: int,

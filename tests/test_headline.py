@@ -54,6 +54,11 @@ def test_pieces_are_checked_and_a_stopped_run_resumes_exactly(tmp_path):
     assert [r["seed"] for r in straight if r["round"] == 3] == [0, 1, 2]
     written = [json.loads(line) for line in open(tmp_path / "stopped" / "fedinit.jsonl")]
     assert _without_seconds(written) == _without_seconds(straight)
+    with open(tmp_path / "stopped" / "fedinit.jsonl", "a") as f:
+        f.write('{"round": 4, "se')  # a line cut by a kill: dropped on the next run
+    again = headline.run(arrays, str(tmp_path / "stopped"), "fedinit", dict(TINY, rounds=3),
+                         eval_every=1, checkpoint_every=2, log=lambda line: None)
+    assert _without_seconds(again) == _without_seconds(straight)
 
 
 def test_the_dry_run_goes_through_every_step(tmp_path):
