@@ -9,8 +9,9 @@ is not 0); its settings are every run of it. A run's validation accuracy is the 
 last `window` evaluations (val_accuracy); a run that did not finish (diverged, stopped) is
 listed and never chosen. Writes OUT/report.md (per method: every setting with its validation
 and test accuracy, the chosen one marked; then the choices side by side) and
-OUT/chosen.json ({method: {field: value} of the chosen setting's config}). The test accuracy
-is printed beside, never used to choose.
+OUT/chosen.json ({method: {"fields": {field: value}, "flags": [--config.FIELD=VALUE, ...],
+"validation": its validation accuracy}} of each chosen setting: the flags run it, e.g. in studies/cross_device_tuned/run.sh). The
+test accuracy is printed beside, never used to choose.
 """
 import argparse
 import json
@@ -21,7 +22,7 @@ import numpy as np
 from experiments import results as R
 from fedinit_jax import algorithms
 
-__all__ = ["family", "tuned_fields", "final_validation", "choose", "main"]
+__all__ = ["family", "tuned_fields", "final_validation", "choose", "flags", "report", "main"]
 
 
 def family(config) -> str:
@@ -107,8 +108,22 @@ def report(folder: str, window: int) -> tuple[str, dict]:
                           for r in run.rows) / 60
             lines.append(f"| {_fields(fields)}{mark} | {_percent(val)} | {_percent(test)} | "
                          f"{len(run.rows)}/{run.config['rounds']} | {minutes:.1f} |")
-    picked = {m: chosen[m][0][2] for m in order if chosen[m][0][0] is not None}
+    picked = {m: {"fields": chosen[m][0][2], "flags": flags(chosen[m][0][3].config),
+                  "validation": chosen[m][0][0]}
+              for m in order if chosen[m][0][0] is not None}
     return "\n".join(lines) + "\n", picked
+
+
+def flags(config) -> list:
+    """The binaries' flags of a setting: its algorithm, its tuned fields and, with RI, the
+    rule's first visit (what differs from the preset it ran on)."""
+    out = [f"--config.algorithm={config['algorithm']}"]
+    for name, value in tuned_fields(config).items():
+        out.append(f"--config.{name}={value:g}" if isinstance(value, float)
+                   else f"--config.{name}={value}")
+    if "ri_offset" in tuned_fields(config):
+        out.append(f"--config.first_visit={config['first_visit']}")
+    return out
 
 
 def main(argv=None) -> None:

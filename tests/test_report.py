@@ -280,7 +280,10 @@ def test_the_tuning_report_chooses_by_validation_never_by_test(tmp_path):
                   extra={"val_accuracy": val}, options={"server_lr": lr})
     tuning_report.main([str(tmp_path / "r"), "--out", str(tmp_path / "out"), "--window", "2"])
     chosen = json.load(open(tmp_path / "out" / "chosen.json"))
-    assert chosen["FedAdam"]["server_lr"] == 0.03 and "beta" not in chosen["FedAdam"]
+    assert chosen["FedAdam"]["fields"]["server_lr"] == 0.03
+    assert "beta" not in chosen["FedAdam"]["fields"]
+    assert chosen["FedAdam"]["flags"][:2] == ["--config.algorithm=fedadam",
+                                              "--config.server_lr=0.03"]
     text = (tmp_path / "out" / "report.md").read_text()
     assert "| FedAdam | 3 | server_lr=0.03" in text and "65.00 | 50.00 |" in text
     assert "| server_lr=0.1, b1=0.9, b2=0.99, eps=0.01 | - | - | 2/3 | 0.2 |" in text

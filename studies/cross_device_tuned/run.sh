@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Cross-device CIFAR-10 at each method's tuned setting: the settings studies/cross_device_tuning
+# chose on its validation split (its report/chosen.json), each run on the whole training split
+# (no validation split) over 1,000 clients, 10 a round, 1,000 rounds, Dir-0.1 and Dir-0.6,
+# seeds 0-2; and FedInit's `momentum` rule on top of the best tuned server optimizer (FedAvgM,
+# FedAdam or FedYogi by validation accuracy), with delta_from=start (docs/algorithms.md: under
+# `global` a stateful server optimizer would accumulate the rule's m^t).
+# Resumable: rerun the same command; a finished cell is done, an unfinished one resumes.
+#   TFDS_DATA_DIR=../shared/tfds bash studies/cross_device_tuned/run.sh [RESULTS_DIR [SEEDS [ALPHAS]]]
+# ~8 min a cell on one core of the 2-core CPU machine (studies/cross_device_cifar10).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=$(realpath -m "${1:-$(mktemp -d "${TMPDIR:-/tmp}/cross_device_tuned.XXXXXX")}")
+seeds=${2:-"0 1 2"}
+alphas=${3:-"0.1 0.6"}
+py=${PYTHON:-.venv/bin/python}
+chosen=${CHOSEN:-studies/cross_device_tuning/report/chosen.json}
+[ -f "$chosen" ] || { echo "error: $chosen missing: run studies/cross_device_tuning first" >&2; exit 2; }
+echo "results: $out"
+# one line per cell: NAME FLAGS... (the chosen settings, and the best server optimizer + RI)
+mapfile -t cells < <("$py" - "$chosen" <<'PY'
+import json, re, sys
+chosen = json.load(open(sys.argv[1]))
+for method, c in chosen.items():
+    print(re.sub(r"[^a-z0-9]+", "-", method.lower()).strip("-"), *c["flags"])
+servers = {m: c for m, c in chosen.items() if m in ("FedAvgM", "FedAdam", "FedYogi")}
+if servers:
+    best = max(servers, key=lambda m: servers[m]["validation"])
+    print(f"{best.lower()}-ri-momentum-start", *servers[best]["flags"], "--config.beta=0.1",
+          "--config.ri_offset=momentum", "--config.first_visit=global",
+          "--config.delta_from=start")
+PY
+)
+for seed in $seeds; do
+  for alpha in $alphas; do
+    for cell in "${cells[@]}"; do
+      read -r name flags <<< "$cell"
+      # shellcheck disable=SC2086  # the flags are words
+      "$py" -m experiments.train --config "experiments/configs/cross_device.py:cifar10-dir$alpha" \
+          --config.client_store=device --config.seed="$seed" --workdir "$out/dir$alpha/$name-s$seed" \
+          $flags || [ $? -eq 3 ]  # a diverged run (exit 3) is a result too
+    done
+  done
+done
