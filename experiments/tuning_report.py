@@ -10,8 +10,9 @@ last `window` evaluations (val_accuracy); a run that did not finish (diverged, s
 listed and never chosen. Writes OUT/report.md (per method: every setting with its validation
 and test accuracy, the chosen one marked; then the choices side by side) and
 OUT/chosen.json ({method: {"fields": {field: value}, "flags": [--config.FIELD=VALUE, ...],
-"validation": its validation accuracy}} of each chosen setting: the flags run it, e.g. in studies/cross_device_tuned/run.sh). The
-test accuracy is printed beside, never used to choose.
+"validation": its validation accuracy}} of each chosen setting: the flags run it, as
+studies/cross_device_tuned/run.sh does). The test accuracy is printed beside, never used to
+choose.
 """
 import argparse
 import json
