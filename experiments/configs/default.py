@@ -54,7 +54,9 @@ def get_config():
                                     # w - w_i) | next (w^{tau_i+1} - w_i) | drift (w^{tau_i} -
                                     # w_i) | momentum (next + m^t, the expected server steps
                                     # since the visit) | shared (m^t alone, every client
-                                    # alike); all but model need first_visit=global
+                                    # alike) | lookahead (the server's last step, FedACG's)
+                                    # | any ri_offset.register-ed rule; all but model need
+                                    # first_visit=global
     # local training
     c.local_lr = 0.1
     c.lr_decay = config_dict.placeholder(float)  # None: 0.998 (FedDyn 0.9995) per round

@@ -59,10 +59,12 @@ def fedavg(loss_fn, *, server_lr: float = 1.0, server_optimizer=None, client_opt
       steps since the visit replaced by their expectation m^t, a decaying sum of w's steps
       whose feedback gain is capped below 1; FedState.ri_state, one model-sized vector on
       the server) or "shared" (o_i = m^t, the same for every client: "momentum" without the
-      client's own part, a server momentum the clients start from). An offset rule stores its
-      row's part of o_i instead of w_i (same cost) and needs first_visit="global" (a first
-      offset is zero).
-      docs/algorithms.md, "Clients that return late".
+      client's own part, a server momentum the clients start from) or "lookahead" (o_i =
+      w^t - w^{t-1}, the server's last step: FedACG's start, algorithms/fedacg.py). An offset
+      rule stores its row's part of o_i instead of w_i (same cost) and needs
+      first_visit="global" (a first offset is zero). Every rule is an OffsetRule of
+      fedinit_jax/ri_offset.py, and ri_offset.register adds one (docs/algorithms.md,
+      "Clients that return late").
     runtime: how the round runs (fedinit_jax.Runtime), never what it computes; or later
       with `fedinit_jax.with_runtime(algo, execution="sequential")`.
     correction: the plug-in the other builders are made of (not an option of theirs).
@@ -94,7 +96,8 @@ def fedinit(loss_fn, *, beta: float = 0.1, **options):
         beta mean_S(w - w_i) into w) or "start" (the authors' code: w_iK - w_i0);
         first_visit="init" (Algorithm 1: a new client's w_i is w^0) or "global" (a new
         client starts from w); ri_offset="model" (Algorithm 1, o_i = w - w_i) or an offset
-        rule, "next", "drift", "momentum" or "shared" (each needs first_visit="global");
+        rule, "next", "drift", "momentum", "shared" or "lookahead" (each needs
+        first_visit="global"; ri_offset.RULES holds every registered one);
         server_lr=1, server_optimizer (an optax transformation; one with state, e.g. momentum
         or Adam, is refused with delta_from="global", which would accumulate the offset),
         client_optimizer, weight_decay=1e-3, clip_norm=10, runtime (vmap, sequential or
