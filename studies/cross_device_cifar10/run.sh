@@ -5,11 +5,7 @@
 #   TFDS_DATA_DIR=../shared/tfds bash studies/cross_device_cifar10/run.sh [RESULTS_DIR [SEEDS [ALPHAS]]]
 # ~8 min a cell on one core of the 2-core CPU machine (0.45 s a round, evaluation every 20).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-out=$(realpath -m "${1:-$(mktemp -d "${TMPDIR:-/tmp}/cross_device_cifar10.XXXXXX")}")
-seeds=${2:-"0 1 2"}
-alphas=${3:-"0.1 0.6"}
-py=${PYTHON:-.venv/bin/python}
+source "$(dirname "$0")/../train_common.sh" "$@"
 echo "results: $out"
 cell() {  # cell NAME ALPHA SEED ARGS...: one run; a diverged run (exit 3) is a result too
   local name=$1 alpha=$2 seed=$3; shift 3

@@ -17,10 +17,7 @@
 # devices. Disk: a SCAFFOLD cell's workdir grows to ~13 GB (a host-store delta of ~4.4 GB at
 # each checkpoint, every 100 rounds), a device-store cell's to ~3.2 GB.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-out=$(realpath -m "${1:-$(mktemp -d "${TMPDIR:-/tmp}/cross_device_shakespeare.XXXXXX")}")
-seeds=${2:-"0 1 2"}
-py=${PYTHON:-.venv/bin/python}
+source "$(dirname "$0")/../train_common.sh" "$@"
 echo "results: $out"
 cell() {  # cell NAME SEED ARGS...: one run; a diverged run (exit 3) is a result too
   local name=$1 seed=$2; shift 2

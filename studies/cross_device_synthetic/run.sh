@@ -5,10 +5,7 @@
 #   bash studies/cross_device_synthetic/run.sh [RESULTS_DIR [SEEDS]]
 # ~1 min a cell on one core of the 2-core CPU machine.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-out=$(realpath -m "${1:-$(mktemp -d "${TMPDIR:-/tmp}/cross_device_synthetic.XXXXXX")}")
-seeds=${2:-"0 1 2"}
-py=${PYTHON:-.venv/bin/python}
+source "$(dirname "$0")/../train_common.sh" "$@"
 echo "results: $out"
 cell() {  # cell NAME SEED ARGS...: one run; a diverged run (exit 3) is a result too
   local name=$1 seed=$2; shift 2

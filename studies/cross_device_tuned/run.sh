@@ -9,11 +9,7 @@
 #   TFDS_DATA_DIR=../shared/tfds bash studies/cross_device_tuned/run.sh [RESULTS_DIR [SEEDS [ALPHAS]]]
 # ~8 min a cell on one core of the 2-core CPU machine (studies/cross_device_cifar10).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-out=$(realpath -m "${1:-$(mktemp -d "${TMPDIR:-/tmp}/cross_device_tuned.XXXXXX")}")
-seeds=${2:-"0 1 2"}
-alphas=${3:-"0.1 0.6"}
-py=${PYTHON:-.venv/bin/python}
+source "$(dirname "$0")/../train_common.sh" "$@"
 chosen=${CHOSEN:-studies/cross_device_tuning/report/chosen.json}
 [ -f "$chosen" ] || { echo "error: $chosen missing: run studies/cross_device_tuning first" >&2; exit 2; }
 echo "results: $out"
