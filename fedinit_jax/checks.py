@@ -110,11 +110,12 @@ def _spec_of(pytree):
             [(tuple(x.shape), jnp.dtype(x.dtype)) for x in jax.tree.leaves(pytree)])
 
 
-def check_structure(algo: FederatedAlgorithm, state) -> int:
+def check_structure(algo: FederatedAlgorithm, state) -> int | None:
     """ValueError unless `state` has the structure, shapes and dtypes algo.init makes (e.g. a
-    SCAFFOLD state handed to FedCM); returns C. A replica state (replicas.init: every leaf
-    with a leading [R] axis, beta [R]) is checked by one replica's shapes (nothing sliced or
-    copied). No device read."""
+    SCAFFOLD state handed to FedCM); returns C, or None for a state whose client tables a
+    ClientStore holds. A replica state (replicas.init: every leaf with a leading [R] axis,
+    beta [R]) is checked by one replica's shapes (nothing sliced or copied). No device
+    read."""
     if not isinstance(state, FedState):
         raise ValueError(f"state must be a FedState from algo.init, got {type(state)}")
     if np.ndim(state.beta) == 1:

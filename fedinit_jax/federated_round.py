@@ -111,9 +111,9 @@ def init_state(spec: RoundSpec, runtime: Runtime, params, num_clients: int) -> F
         # server-side leaves are copied (the optimizer's or correction's init may hold params);
         # the [C, ...] tables are new arrays already, and copying them would double the
         # peak memory of init
+        server_side = ("params", "server_opt_state", "server_state", "ri_state")
         state = state._replace(**{field: jax.tree.map(jnp.copy, getattr(state, field))
-                                  for field in ("params", "server_opt_state", "server_state",
-                                                           "ri_state")})
+                                  for field in server_side})
     return state
 
 

@@ -1,45 +1,24 @@
 """Pytree helpers that optax.tree lacks: the client axis and relaxed initialization.
 
-Relaxed initialization (FedInit, paper Algorithm 1 line 6):
+Relaxed initialization (FedInit, paper Algorithm 1 line 6) starts client i from
 
-    w_i0 = w + beta * (w - w_i)
+    w_i0 = w + beta * o_i
 
-where w is the global model and w_i the client's last local model.
+where w is the global model and o_i its offset: w - w_i under Algorithm 1 (w_i the client's
+last local model), another under the offset rules of ri_offset.py.
 """
 import jax
 import jax.numpy as jnp
 import optax
 from jax import lax
 
-__all__ = ["offset_init", "relaxed_init", "client_sum", "client_mean", "run_or_keep", "gather",
+__all__ = ["offset_init", "client_sum", "client_mean", "run_or_keep", "gather",
            "scatter", "stack", "per_client_sq_dist"]
 
 
-def _beside(w, rows, beta):
-    """A leaf of w and beta shaped to broadcast against `rows` (with or without a leading
-    client axis; beta a scalar or one per client [N])."""
-    w = w.reshape((1,) * (rows.ndim - w.ndim) + w.shape)  # the client axis, explicitly
-    b = beta if jnp.ndim(beta) == 0 else jnp.reshape(beta, (-1,) + (1,) * (rows.ndim - 1))
-    return w, b
-
-
 def offset_init(w_global, offsets, beta):
-    """w_i0 = w + beta * o_i for every row i of the stacked offsets (beta a scalar or [N])."""
-    def one(w, o):
-        w, b = _beside(w, o, beta)
-        return w + b * o
-
-    return jax.tree.map(one, w_global, offsets)
-
-
-def relaxed_init(w_global, w_local, beta):
-    """w_i0 = w + beta * (w - w_i); w_local may carry a leading client axis, and beta then
-    may be one per client ([N]: first_visit="global" zeroes a new client's)."""
-    def one(w, wi):
-        w, b = _beside(w, wi, beta)
-        return w + b * (w - wi)
-
-    return jax.tree.map(one, w_global, w_local)
+    """w_i0 = w + beta * o_i for every row i of the stacked offsets [N, ...] (beta a scalar)."""
+    return jax.tree.map(lambda w, o: w[None] + beta * o, w_global, offsets)
 
 
 def _real_rows(x, weights):

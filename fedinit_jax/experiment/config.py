@@ -151,11 +151,9 @@ def validate(config) -> None:
                     "change nothing (use participation_mode=bernoulli, or leave it at "
                     "per_client)")
     _choice(config, "delta_from", DELTA_FROM)
-    _choice(config, "first_visit", ri_offset.FIRST_VISIT)
-    _choice(config, "ri_offset", tuple(ri_offset.RULES))  # a registered rule
-    try:
+    try:  # a registered rule, a first visit, and one the rule can make
         ri_offset.rule(config["ri_offset"], config["first_visit"])
-    except ValueError as err:  # "ri_offset=... with first_visit=...: ...", as its flags
+    except ValueError as err:  # "ri_offset=...: ...", as its flags
         raise ValueError(f"config.{err}") from None
     _choice(config, "client_state_dtype", CLIENT_STATE_DTYPES)
     _choice(config, "execution", ("auto",) + execution.STRATEGIES)
