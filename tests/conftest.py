@@ -6,14 +6,18 @@ import subprocess
 import sys
 import tempfile
 
-# XLA:CPU's backend optimisation level 0 in every process of the suite: the suite compiles
-# hundreds of small programs and runs each for milliseconds, so compiling is most of its time
-# (benchmarks/RESULTS.md, "Test suite"). It changes no semantics: results agree to float
-# rounding, as between any two
-# compilations that fuse differently; what users run is compiled at the default level.
-# A collective between the suite's CPU devices waits 600 s for a device thread that the
-# busy test machine starves (XLA's default: abort the process after 40 s), as the binaries'.
-TEST_XLA_FLAGS = ("--xla_backend_optimization_level=0 "
+# XLA:CPU compiles fast in every process of the suite: the suite compiles hundreds of small
+# programs and runs each for milliseconds, so compiling is most of its time. Backend
+# optimisation level 0; the elemental emitters instead of the MLIR fusion emitters, and one
+# LLVM module per program instead of parallel codegen (the two halve the compile time:
+# benchmarks/RESULTS.md, "Test suite"). They change no semantics: results agree to float
+# rounding, as between any two compilations that fuse differently (two programs that agree to
+# the bit at the default options may not here: test_client_store.py compares a store's loop
+# with its own); what users run is compiled at the defaults. A collective between the suite's
+# CPU devices waits 600 s for a device thread that the busy test machine starves (XLA's
+# default: abort the process after 40 s), as the binaries'.
+TEST_XLA_FLAGS = ("--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false "
+                  "--xla_cpu_parallel_codegen_split_count=1 "
                   "--xla_cpu_collective_call_terminate_timeout_seconds=600")
 
 
@@ -225,6 +229,50 @@ def train(workdir, *overrides, wait=True, env=None):
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+# Runs `python -m MODULE ARGV...` once per argv (a JSON list on stdin), each in a child forked
+# from this interpreter after it imported the binaries' dependencies once: the module itself
+# is imported in the child, as `-m` does (its flags read sys.argv when they are defined).
+_FORKED_BINARY = """
+import json, os, runpy, sys, tempfile
+import absl.app, jax, ml_collections.config_flags, fedinit_jax.experiment  # noqa: F401
+module, argvs = json.load(sys.stdin)
+results = []
+for argv in argvs:
+    out, err = (tempfile.TemporaryFile("w+") for _ in range(2))
+    pid = os.fork()
+    if pid == 0:
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        sys.argv = [module, *argv]
+        try:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else (stop.code is not None)
+            if stop.code is not None and not isinstance(stop.code, int):
+                print(stop.code, file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    out.seek(0)
+    err.seek(0)
+    results.append([code, out.read(), err.read()])
+print(json.dumps(results))
+"""
+
+
+def binary_runs(module, argvs, timeout=300):
+    """[(exit code, stdout, stderr)] of `python -m module *argv` for each argv in `argvs`, run
+    in the repository root from one interpreter that imports the dependencies once (a
+    subprocess per argv pays ~1.5 s of imports each)."""
+    done = subprocess.run([sys.executable, "-c", _FORKED_BINARY], cwd=ROOT, text=True,
+                          input=json.dumps([module, argvs]), capture_output=True,
+                          timeout=timeout, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert done.returncode == 0, done.stderr
+    return [tuple(r) for r in json.loads(done.stdout)]
 
 
 def rows(workdir):

@@ -139,33 +139,33 @@ def test_incremental_checkpoints_restore_exactly_after_a_kill(tmp_path, kind):
 # ------------------------------------------------------------------ the binaries' loop
 
 @pytest.fixture(scope="module")
-def device_rows(tmp_path_factory):
-    """An uninterrupted run of the loop with the clients on the device: its rows."""
+def uninterrupted_rows(tmp_path_factory):
+    """rows(store): an uninterrupted run of the loop with the clients in `store`, its rows.
+    A store run is compared with its own store's: the rows equal the device tables' exactly
+    in the library (test_every_store_equals_the_state_tables), but the loop's round programs
+    of two stores are two XLA programs, equal in their last bits only where XLA fuses them
+    alike (it does at the default compile options, not at the suite's: tests/conftest.py)."""
     from conftest import QUIET, quiet_config, rows, without_timing
 
+    done = {}
 
-    workdir = tmp_path_factory.mktemp("device")
-    planned_run(quiet_config(rounds=6, algorithm="scaffold", beta=0.1, local_epochs=10,
-                                client_store="device"), str(workdir), **QUIET)
-    return without_timing(rows(workdir))
+    def rows_of(store):
+        if store not in done:
+            workdir = tmp_path_factory.mktemp(store)
+            planned_run(quiet_config(rounds=6, algorithm="scaffold", beta=0.1, local_epochs=10,
+                                     client_store=store), str(workdir), **QUIET)
+            done[store] = without_timing(rows(workdir))
+        return done[store]
 
-
-def _same(got, want):
-    """Rows equal; Delta^t (evaluation rounds) to float rounding: a store sums it in float64
-    over chunks of rows, the device table in float32."""
-    for a, b in zip(got, want, strict=True):
-        a, b = dict(a), dict(b)
-        assert a.pop("divergence_all", 0) == pytest.approx(b.pop("divergence_all", 0),
-                                                           rel=1e-5)
-        assert a == b
+    return rows_of
 
 
 @pytest.mark.parametrize("store, point", [  # each store at each point: test_store_durability.py
     pytest.param("host", "rows_saved:4", marks=pytest.mark.slow),
     pytest.param("disk", "metrics_written:3", marks=pytest.mark.slow),
     ("disk", "checkpoint_saved:2")])
-def test_the_loop_with_a_store_resumes_exactly_after_a_fault(tmp_path, device_rows, store,
-                                                             point):
+def test_the_loop_with_a_store_resumes_exactly_after_a_fault(tmp_path, uninterrupted_rows,
+                                                             store, point):
     from conftest import fault_then_resume, quiet_config, rows, without_timing
 
     from fedinit_jax.experiment import simulation
@@ -173,7 +173,7 @@ def test_the_loop_with_a_store_resumes_exactly_after_a_fault(tmp_path, device_ro
     config = quiet_config(rounds=6, algorithm="scaffold", beta=0.1, client_store=store,
                           checkpoint_every=2, local_epochs=10)
     fault_then_resume(config, tmp_path, point)
-    _same(without_timing(rows(tmp_path)), device_rows)
+    assert without_timing(rows(tmp_path)) == uninterrupted_rows(store)
     info = simulation.workdir_lib.read_json(str(tmp_path / "run_info.json"))
     assert info["client_store"] == store
 
@@ -193,7 +193,7 @@ def test_the_momentum_offset_resumes_exactly(tmp_path, ri_offset):
 
 
 @pytest.mark.slow  # ~11 s: the in-process faults above cover every point of the loop
-def test_sigkill_of_the_binary_with_the_disk_store_then_resume(tmp_path, device_rows):
+def test_sigkill_of_the_binary_with_the_disk_store_then_resume(tmp_path, uninterrupted_rows):
     import signal
     import time
 
@@ -213,7 +213,8 @@ def test_sigkill_of_the_binary_with_the_disk_store_then_resume(tmp_path, device_
     resumed = train(tmp_path, *args)
     assert resumed.returncode == 0, resumed.stderr
     assert "client store: disk" in resumed.stdout
-    _same(without_timing(rows(tmp_path)), device_rows)  # the in-process run of this config
+    # the in-process run of this config
+    assert without_timing(rows(tmp_path)) == uninterrupted_rows("disk")
 
 
 def test_the_cross_device_preset_runs_a_million_clients_in_the_loop(tmp_path):

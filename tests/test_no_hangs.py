@@ -158,14 +158,6 @@ def test_an_option_an_algorithm_does_not_take_is_refused_by_name(name, options, 
     algorithms.get("fedavg", linreg_loss, server_optimizer=optax.adam(0.5))  # it has a step
 
 
-def test_a_misspelled_config_key_is_named_with_the_closest_field(tmp_path):
-    result = train(tmp_path / "run", "--config.algoritm=scaffold")
-    assert result.returncode == 2
-    assert result.stderr.strip() == ("error: config: unknown config key 'algoritm'; did you "
-                                     "mean algorithm? (every field: "
-                                     "experiments/configs/default.py)")
-
-
 def test_plays_that_hold_no_client_are_named_with_their_cause(tmp_path):
     (tmp_path / "empty_gut.txt").write_text("")
     (tmp_path / "noise_gut.txt").write_bytes(bytes(range(256)) * 8)

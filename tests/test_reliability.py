@@ -77,6 +77,8 @@ def test_sigkill_during_checkpoint_write(tmp_path, reference):
     assert without_timing(rows(tmp_path)) == reference
 
 
+@pytest.mark.slow  # ~11 s: SIGTERM at a round boundary, its checkpoint, exit 75 and the exact
+# resume run by default in test_distributed.py (two processes) and test_sweep.py (the cells)
 def test_sigterm_checkpoints_at_round_boundary_and_exits(tmp_path, reference):
     proc = train(tmp_path, *SLOW, wait=False)
     metrics = tmp_path / "metrics.jsonl"

@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from conftest import QUIET, ROOT, TINY, planned_run, quiet_config, rows, train
+from conftest import QUIET, ROOT, TINY, binary_runs, planned_run, quiet_config, rows, train
 
 from fedinit_jax import experiment
 from fedinit_jax.experiment import simulation
@@ -110,40 +110,43 @@ def test_bad_config_is_named_before_anything_is_written(tmp_path, change, field)
     assert not workdir.exists()
 
 
-@pytest.mark.parametrize("args, says", [
+BAD_INVOCATIONS = [
     (["--config.nosuch=1"], "unknown config key 'nosuch'"),  # no --config: the default file
+    (["--config.algoritm=scaffold"], "error: config: unknown config key 'algoritm'; did you "
+     "mean algorithm? (every field: experiments/configs/default.py)"),  # the closest field
     (["--config=/nonexistent.py"], "/nonexistent.py"),
     (["--config={bad}"], "line 1: invalid syntax"),
     (["--config=experiments/configs/paper.py:nosuch"], "paper preset 'nosuch'"),
-    # a config error in the run: also refused in-process above, so slow here
-    pytest.param(["--config=experiments/configs/default.py", "--config.rounds=0"],
-                 "config.rounds", marks=pytest.mark.slow),
-    pytest.param(["--config=experiments/configs/default.py", "--config.dataset=cifar10",
-                  "--config.data_dir=/nonexistent"], "/nonexistent", marks=pytest.mark.slow),
+    # config errors in the run (also refused in-process above)
+    (["--config=experiments/configs/default.py", "--config.rounds=0"], "config.rounds"),
+    (["--config=experiments/configs/default.py", "--config.dataset=cifar10",
+      "--config.data_dir=/nonexistent"], "/nonexistent"),
     (["--config=experiments/configs/default.py", "--config", "experiments/configs/paper.py"],
      "--config given 2 times"),
     (["--config=experiments/configs/default.py", "--distributed",
       "--distributed_timeout=2147483648"], "--distributed_timeout=2147483648: must be in"),
     (["--config=experiments/configs/cross_device.py", "--config.num_clients=0"],
      "--config.num_clients=0: num_clients must be at least 1"),
-    pytest.param(["--config=experiments/configs/cross_device.py",
-                  "--config.num_clients=5000000000"],
-                 "config.num_clients=5000000000: must be <= 2147483647", marks=pytest.mark.slow),
+    (["--config=experiments/configs/cross_device.py", "--config.num_clients=5000000000"],
+     "config.num_clients=5000000000: must be <= 2147483647"),
     (["--config=experiments/configs/default.py", "--config.local_steps=3",
       "--config.local_epochs=4"], "--config.local_epochs=4 with config.local_steps=3"),
-])
-def test_bad_invocations_are_one_line_exit_2(tmp_path, args, says):
+]
+
+
+def test_bad_invocations_are_one_line_exit_2(tmp_path):
     """The binary: flags and config files, and a config error raised in the run (one line,
-    exit 2, nothing written)."""
+    exit 2, nothing written). Each is `python -m experiments.train` in a child forked from
+    one interpreter (conftest.binary_runs); the plain subprocess is every other test's."""
     bad = tmp_path / "bad_syntax.py"
     bad.write_text("def get_config(:\n")
-    cmd = [sys.executable, "-m", "experiments.train", f"--workdir={tmp_path / 'run'}",
-           *[a.format(bad=bad) for a in args]]
-    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    lines = result.stderr.strip().splitlines()
-    assert result.returncode == 2 and len(lines) == 1, result.stderr
-    assert lines[0].startswith("error:") and says in lines[0], lines[0]
+    argvs = [[f"--workdir={tmp_path / 'run'}", *[a.format(bad=bad) for a in args]]
+             for args, _ in BAD_INVOCATIONS]
+    for (args, says), (code, _, stderr) in zip(BAD_INVOCATIONS, binary_runs(
+            "experiments.train", argvs), strict=True):
+        lines = stderr.strip().splitlines()
+        assert code == 2 and len(lines) == 1, (args, stderr)
+        assert lines[0].startswith("error:") and says in lines[0], (args, lines[0])
     assert not (tmp_path / "run").exists()
 
 
