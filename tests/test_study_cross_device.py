@@ -18,6 +18,8 @@ STUDIES = (
     ("cross_device_cifar10/runs/dir0.6", dict(target=0.45, window=3, last=100)),
     ("cross_device_synthetic/runs", dict(target=0.6, window=3, last=50)),
     ("cross_device_shakespeare/runs", dict(target=0.5, window=1, last=50, rounds=300, drift=50)),
+    ("cross_device_tuned/runs/dir0.1", dict(target=0.45, window=3, last=100)),
+    ("cross_device_tuned/runs/dir0.6", dict(target=0.45, window=3, last=100)),
 )
 
 

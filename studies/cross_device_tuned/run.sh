@@ -7,7 +7,7 @@
 # `global` a stateful server optimizer would accumulate the rule's m^t).
 # Resumable: rerun the same command; a finished cell is done, an unfinished one resumes.
 #   TFDS_DATA_DIR=../shared/tfds bash studies/cross_device_tuned/run.sh [RESULTS_DIR [SEEDS [ALPHAS]]]
-# ~8 min a cell on one core of the 2-core CPU machine (studies/cross_device_cifar10).
+# ~10 min a cell on one core of the 2-core CPU machine.
 set -uo pipefail
 source "$(dirname "$0")/../train_common.sh" "$@"
 chosen=${CHOSEN:-studies/cross_device_tuning/report/chosen.json}
