@@ -8,14 +8,15 @@ import tempfile
 
 # XLA:CPU compiles fast in every process of the suite: the suite compiles hundreds of small
 # programs and runs each for milliseconds, so compiling is most of its time. Backend
-# optimisation level 0; the elemental emitters instead of the MLIR fusion emitters, and one
-# LLVM module per program instead of parallel codegen (the two halve the compile time:
-# benchmarks/RESULTS.md, "Test suite"). They change no semantics: results agree to float
-# rounding, as between any two compilations that fuse differently (two programs that agree to
-# the bit at the default options may not here: test_client_store.py compares a store's loop
-# with its own); what users run is compiled at the defaults. A collective between the suite's
-# CPU devices waits 600 s for a device thread that the busy test machine starves (XLA's
-# default: abort the process after 40 s), as the binaries'.
+# optimisation level 0; the elemental emitters instead of the MLIR fusion emitters (a small
+# round's compile time halved) and one LLVM module per program instead of parallel codegen
+# (~14 % less in the compile-heavy files): benchmarks/RESULTS.md, "Test suite". They change
+# no semantics: results agree to float rounding, as between any two compilations that fuse
+# differently (two programs that agree to the bit at the default options may not here:
+# test_client_store.py compares a store's loop with its own); what users run is compiled at
+# the defaults. A collective between the suite's CPU devices waits 600 s for a device thread
+# that the busy test machine starves (XLA's default: abort the process after 40 s), as the
+# binaries'.
 TEST_XLA_FLAGS = ("--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false "
                   "--xla_cpu_parallel_codegen_split_count=1 "
                   "--xla_cpu_collective_call_terminate_timeout_seconds=600")
