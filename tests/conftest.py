@@ -241,26 +241,27 @@ import absl.app, jax, ml_collections.config_flags, fedinit_jax.experiment  # noq
 module, argvs = json.load(sys.stdin)
 results = []
 for argv in argvs:
-    out, err = (tempfile.TemporaryFile("w+") for _ in range(2))
-    pid = os.fork()
-    if pid == 0:
-        os.dup2(out.fileno(), 1)
-        os.dup2(err.fileno(), 2)
-        sys.argv = [module, *argv]
-        try:
-            runpy.run_module(module, run_name="__main__", alter_sys=True)
-            code = 0
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else (stop.code is not None)
-            if stop.code is not None and not isinstance(stop.code, int):
-                print(stop.code, file=sys.stderr)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-    out.seek(0)
-    err.seek(0)
-    results.append([code, out.read(), err.read()])
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        pid = os.fork()
+        if pid == 0:
+            os.dup2(out.fileno(), 1)
+            os.dup2(err.fileno(), 2)
+            sys.argv = [module, *argv]
+            try:
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
+                code = 0
+            except SystemExit as stop:  # as the interpreter reads sys.exit's argument
+                code = 0 if stop.code is None else stop.code
+                if not isinstance(code, int):
+                    print(code, file=sys.stderr)
+                    code = 1
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        out.seek(0)
+        err.seek(0)
+        results.append([code, out.read(), err.read()])
 print(json.dumps(results))
 """
 

@@ -110,10 +110,12 @@ def test_bad_config_is_named_before_anything_is_written(tmp_path, change, field)
     assert not workdir.exists()
 
 
+# a misspelled field is named with the closest one: the whole line, exactly
+MISSPELLED = (["--config.algoritm=scaffold"], "error: config: unknown config key 'algoritm'; "
+              "did you mean algorithm? (every field: experiments/configs/default.py)")
 BAD_INVOCATIONS = [
     (["--config.nosuch=1"], "unknown config key 'nosuch'"),  # no --config: the default file
-    (["--config.algoritm=scaffold"], "error: config: unknown config key 'algoritm'; did you "
-     "mean algorithm? (every field: experiments/configs/default.py)"),  # the closest field
+    MISSPELLED,
     (["--config=/nonexistent.py"], "/nonexistent.py"),
     (["--config={bad}"], "line 1: invalid syntax"),
     (["--config=experiments/configs/paper.py:nosuch"], "paper preset 'nosuch'"),
@@ -147,6 +149,8 @@ def test_bad_invocations_are_one_line_exit_2(tmp_path):
         lines = stderr.strip().splitlines()
         assert code == 2 and len(lines) == 1, (args, stderr)
         assert lines[0].startswith("error:") and says in lines[0], (args, lines[0])
+        if (args, says) == MISSPELLED:
+            assert stderr.strip() == says
     assert not (tmp_path / "run").exists()
 
 
