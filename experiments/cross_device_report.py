@@ -1,7 +1,7 @@
 """The cross-device studies' table and figures (docs/study_cross_device.md).
 
     .venv/bin/python -m experiments.cross_device_report FOLDER [FOLDER ...] --out OUT \
-        [--target 0.45] [--window 3] [--last 100]
+        [--target 0.45] [--window 3] [--last 100] [--rounds R] [--drift W] [--paired NAME]
 
 Each FOLDER holds cells named <method>-s<seed> (a run's workdir, as the study scripts write
 them). Writes OUT/report.md: per method, the seeds, final test accuracy (moving average over
@@ -13,7 +13,9 @@ metric (test_accuracy_new) likewise. And OUT/<folder>_curves.png: test accuracy,
 and divergence_all at evaluation rounds (Delta^t = (1/C) sum ||w_i - w||^2, or for an offset
 rule the mean squared stored offset, each labelled), one line per method (mean over seeds,
 min-max band only with 3 or more seeds). With --drift W, a table of the round divergence
-(the cohort's spread around the new global model) averaged over windows of W rounds.
+(the cohort's spread around the new global model) averaged over windows of W rounds. With
+--paired NAME, each method's final test accuracy minus NAME's seed by seed (one seed: one
+split, the same clients and batches), mean ± sample std of those differences.
 """
 import argparse
 import glob
@@ -123,6 +125,38 @@ def table(folder, target, window, last, rounds=None):
     return "\n".join(lines), groups
 
 
+def paired_table(groups, against, window, last):
+    """Per method, its final test accuracy minus `against`'s, seed by seed, over the seeds
+    both finished (`done`): a seed fixes the split, the clients of every round and their
+    batches, so each difference compares two methods on one federation. Mean ± sample std
+    of the differences (points), and each seed's difference.
+
+    Args:
+      groups: cells() of one folder.
+      against: the method every other is compared with (a key of groups).
+      window, last: final accuracy as in table() (results.final_accuracy).
+    Returns:
+      The markdown table, one row per other method."""
+    if against not in groups:
+        raise ValueError(f"--paired={against!r}: no such method in the folder; "
+                         f"methods: {', '.join(groups)}")
+
+    def finals(runs):
+        return {s: R.final_accuracy(run, window, last) for s, run, e in runs if e == "done"}
+
+    base = finals(groups[against])
+    lines = [f"| method | seeds | final test_accuracy − {against}'s (points) | per seed |",
+             "|---|---|---|---|"]
+    for name, runs in groups.items():
+        if name == against:
+            continue
+        diffs = {s: a - base[s] for s, a in finals(runs).items() if s in base}
+        lines.append(f"| {name} | {len(diffs)} | {mean_std(list(diffs.values()))} | "
+                     + ", ".join(f"s{s}: {100 * d:+.2f}" for s, d in sorted(diffs.items()))
+                     + " |")
+    return "\n".join(lines)
+
+
 def drift_table(groups, every):
     """Per method, the round divergence (mean_S ||w_iK - w^{t+1}||^2, the cohort's spread
     around the new global model) averaged over the rounds of each window of `every` rounds,
@@ -198,12 +232,17 @@ def main():
                         help="read every run as if it ended at this round")
     parser.add_argument("--drift", type=int, default=None,
                         help="add the round divergence averaged over windows of this many rounds")
+    parser.add_argument("--paired", default=None,
+                        help="add each method's final accuracy minus this method's, seed by seed")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     parts = []
     for folder in args.folders:
         name = os.path.basename(os.path.normpath(folder))
         text, groups = table(folder, args.target, args.window, args.last, args.rounds)
+        if args.paired and args.paired not in groups:
+            parser.error(f"--paired={args.paired}: no such method in {folder}; methods: "
+                         f"{', '.join(groups)}")
         figure(groups, os.path.join(args.out, f"{name}_curves.png"))
         upto = f" Every run read to round {args.rounds}." if args.rounds else ""
         starred = ("\n\n\\* diverged by today's runaway rule applied to the recorded metrics "
@@ -211,8 +250,13 @@ def main():
                    "on: its rows after R are left out)." if "*" in text else "")
         drift = (f"\n\nRound divergence, mean_S ||w_iK - w^(t+1)||^2, averaged over rounds "
                  f"and seeds:\n\n{drift_table(groups, args.drift)}" if args.drift else "")
+        paired = (f"\n\nPaired by seed (the same split, clients and batches), final test "
+                  f"accuracy minus {args.paired}'s:\n\n"
+                  f"{paired_table(groups, args.paired, args.window, args.last)}"
+                  if args.paired else "")
         parts.append(f"## {name}\n\nFinal: moving average over {args.window} evaluations, max "
-                     f"over the last {args.last} rounds.{upto}\n\n{text}{starred}{drift}\n\n"
+                     f"over the last {args.last} rounds.{upto}\n\n{text}{starred}{drift}"
+                     f"{paired}\n\n"
                      f"![{name}]({name}_curves.png)")
     with open(os.path.join(args.out, "report.md"), "w") as f:
         f.write("\n\n".join(parts) + "\n")
