@@ -240,9 +240,13 @@ def main():
     for folder in args.folders:
         name = os.path.basename(os.path.normpath(folder))
         text, groups = table(folder, args.target, args.window, args.last, args.rounds)
-        if args.paired and args.paired not in groups:
-            parser.error(f"--paired={args.paired}: no such method in {folder}; methods: "
-                         f"{', '.join(groups)}")
+        try:  # a bad --paired is refused before this folder's figure is drawn
+            paired = (f"\n\nPaired by seed (the same split, clients and batches), final test "
+                      f"accuracy minus {args.paired}'s:\n\n"
+                      f"{paired_table(groups, args.paired, args.window, args.last)}"
+                      if args.paired else "")
+        except ValueError as err:
+            parser.error(f"{folder}: {err}")
         figure(groups, os.path.join(args.out, f"{name}_curves.png"))
         upto = f" Every run read to round {args.rounds}." if args.rounds else ""
         starred = ("\n\n\\* diverged by today's runaway rule applied to the recorded metrics "
@@ -250,10 +254,6 @@ def main():
                    "on: its rows after R are left out)." if "*" in text else "")
         drift = (f"\n\nRound divergence, mean_S ||w_iK - w^(t+1)||^2, averaged over rounds "
                  f"and seeds:\n\n{drift_table(groups, args.drift)}" if args.drift else "")
-        paired = (f"\n\nPaired by seed (the same split, clients and batches), final test "
-                  f"accuracy minus {args.paired}'s:\n\n"
-                  f"{paired_table(groups, args.paired, args.window, args.last)}"
-                  if args.paired else "")
         parts.append(f"## {name}\n\nFinal: moving average over {args.window} evaluations, max "
                      f"over the last {args.last} rounds.{upto}\n\n{text}{starred}{drift}"
                      f"{paired}\n\n"
