@@ -3,16 +3,16 @@
     .venv/bin/python -m experiments.tuning_report FOLDER --out OUT [--window 3]
 
 FOLDER holds one run per setting (studies/cross_device_tuning/runs: every run evaluated on a
-validation split carved from the training data, task.images.validation, and on the test
-split). A method is the algorithm with its RI rule (`ri_offset` when it takes RI and its beta
-is not 0); its settings are every run of it. A run's validation accuracy is the mean of its
-last `window` evaluations (val_accuracy); a run that did not finish (diverged, stopped) is
-listed and never chosen. Writes OUT/report.md (per method: every setting with its validation
-and test accuracy, the chosen one marked; then the choices side by side) and
-OUT/chosen.json ({method: {"fields": {field: value}, "flags": [--config.FIELD=VALUE, ...],
-"validation": its validation accuracy}} of each chosen setting: the flags run it, as
-studies/cross_device_tuned/run.sh does). The test accuracy is printed beside, never used to
-choose.
+validation split carved from the training data, task.images.validation or
+task.shakespeare.validation, and on the test split). A method is the algorithm with its RI
+rule (`ri_offset` when it takes RI and its beta is not 0); its settings are every run of it.
+A run's validation accuracy is the mean of its last `window` evaluations (val_accuracy); a
+run that did not finish (diverged, stopped) is listed and never chosen. Writes OUT/report.md
+(per method: every setting with its validation and test accuracy, the chosen one marked;
+then the choices side by side) and OUT/chosen.json ({method: {"fields": {field: value},
+"flags": [--config.FIELD=VALUE, ...], "validation": its validation accuracy}} of each chosen
+setting: the flags run it, as studies/cross_device_tuned/run.sh does). The test accuracy is
+printed beside, never used to choose.
 """
 import argparse
 import json

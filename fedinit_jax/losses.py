@@ -33,7 +33,8 @@ from fedinit_jax.data import shakespeare
 from fedinit_jax.data.augment import augment as augment_images
 from fedinit_jax.data.augment import normalize
 
-__all__ = ["classification_loss", "make_evaluator", "next_character_loss", "make_text_evaluator"]
+__all__ = ["classification_loss", "make_evaluator", "next_character_loss", "make_text_evaluator",
+           "with_validation"]
 
 
 def _in_batches(a, batch_size: int):
@@ -123,5 +124,22 @@ def make_text_evaluator(apply_fn, x, y, batch_size: int = 256):
         return {"test_accuracy": jnp.sum(corrects) / targets,
                 "test_accuracy_in_vocab": jnp.sum(corrects_in_vocab) / characters,
                 "test_loss": jnp.sum(losses) / tokens}
+
+    return evaluate
+
+
+def with_validation(on_test, on_validation):
+    """evaluate(params) -> on_test's metrics and on_validation's, each of the latter renamed
+    test_* -> val_* (val_accuracy, val_loss, ...): a held-out validation split evaluated
+    beside the test split, what tuning selects by (experiments/tuning_report.py).
+
+    Args:
+      on_test, on_validation: evaluators (params -> {'test_...': value}) of the two splits.
+    Returns:
+      The evaluator of both."""
+
+    def evaluate(params):
+        return {**on_test(params), **{f"val_{k.removeprefix('test_')}": v
+                                      for k, v in on_validation(params).items()}}
 
     return evaluate

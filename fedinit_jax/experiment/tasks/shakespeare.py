@@ -1,20 +1,30 @@
 """Shakespeare next-character prediction (data/shakespeare.py): one client per speaking role,
 num_clients roles (a subset drawn with the seed when fewer than all), each with its own
 windows; local steps fixed (local_steps) or masked epochs of unequal clients; a client's size
-(aggregation="size") is its number of non-PAD targets."""
+(aggregation="size") is its number of non-PAD targets.
+
+Its own field (FIELDS), config.task.shakespeare.validation: the share of each role's training
+windows held out, its last ones (data.shakespeare.held_out: the text just before its test
+speeches), and evaluated over the run's roles next to the test split as val_accuracy /
+val_loss: what tuning selects by, the test split untouched; 0: none.
+"""
 import glob
 import os
+from types import MappingProxyType
 
 import jax
 import numpy as np
 
-from fedinit_jax import losses, models
+from fedinit_jax import checks, losses, models
 from fedinit_jax.checks import fail_config
 from fedinit_jax.data import shakespeare
 from fedinit_jax.experiment import fetch
-from fedinit_jax.experiment.tasks.family import AbstractRound, Family, Task
+from fedinit_jax.experiment.tasks.family import AbstractRound, Family, Task, own_fields
 
-__all__ = ["TEXT_FILES_IN_SDIST", "load", "build", "check", "abstract", "FAMILY"]
+__all__ = ["TEXT_FILES_IN_SDIST", "FIELDS", "load", "training", "build", "check", "abstract",
+           "FAMILY"]
+
+FIELDS = MappingProxyType({"validation": 0.0})
 
 
 # fetch.SDIST's texts: 42 *_gut.txt files (37 plays with speaking roles, 1,108 roles)
@@ -35,6 +45,15 @@ def load(plan_data):
     return roles, train, test, info
 
 
+def training(plan_data, train):
+    """(the clients' windows, the held-out ones or None) of load's train under the plan's
+    task.shakespeare.validation."""
+    fraction = plan_data.fields["validation"]
+    if not fraction:
+        return train, None
+    return shakespeare.held_out(train, fraction)
+
+
 def build(plan) -> Task:
     d, clients = plan.data, plan.sampling.num_clients
     roles, train, test, info = load(d)
@@ -43,8 +62,17 @@ def build(plan) -> Task:
                     f"the Shakespeare texts hold {len(roles)} clients (roles with >= 2 speeches)")
     chosen = np.sort(np.random.default_rng([plan.schedule.seed, 3]).permutation(len(roles))
                      [:clients])
+    train, validation = training(d, train)
     train, test = train.subset(chosen), test.subset(chosen)
     model = models.get(d.model, shakespeare.VOCAB_SIZE)
+    evaluate = losses.make_text_evaluator(model.apply, test.x, test.y)
+    if validation is not None:
+        validation = validation.subset(chosen)
+        if not len(validation.x):
+            fail_config("task.shakespeare.validation", d.fields["validation"],
+                        f"holds out no window of these {clients} roles: raise it (at most 0.5)")
+        evaluate = losses.with_validation(
+            evaluate, losses.make_text_evaluator(model.apply, validation.x, validation.y))
     max_steps = shakespeare.max_local_steps(train.sizes, d.batch_size, d.local_epochs)
 
     def round_batches(ids, rng):
@@ -55,15 +83,17 @@ def build(plan) -> Task:
     # aggregation="size" weighs a client by its non-PAD targets, as the code behind Reddi et
     # al. 2021's numbers does (client_weight_fn = num_tokens)
     return Task(round_batches, train.tokens, losses.next_character_loss(model.apply),
-                losses.make_text_evaluator(model.apply, test.x, test.y), model,
-                (shakespeare.SEQUENCE_LENGTH,), shakespeare.VOCAB_SIZE,
+                evaluate, model, (shakespeare.SEQUENCE_LENGTH,), shakespeare.VOCAB_SIZE,
                 d.local_steps or max_steps, 2 * 4 * shakespeare.SEQUENCE_LENGTH + 8,
                 {**info, "clients_used": int(clients)})
 
 
 def check(config) -> None:
     """A sequence model (the roles are the clients: config.task.images's partition, noises
-    and augmentation are refused by experiment.validate as another family's fields)."""
+    and augmentation are refused by experiment.validate as another family's fields) and
+    task.shakespeare.validation in [0, 0.5]."""
+    checks.check_number("config.task.shakespeare.validation",
+                        own_fields(config)["validation"], 0.0, 0.5)
     if config["model"] not in models.SEQUENCE_MODELS:
         fail_config("model", config["model"], "the shakespeare dataset takes a sequence model "
                     f"({', '.join(models.SEQUENCE_MODELS)})")
@@ -76,7 +106,7 @@ def abstract(plan, slots: int) -> AbstractRound:
     model = models.get(d.model, shakespeare.VOCAB_SIZE)
     b, k = d.batch_size, d.local_steps
     if not k:
-        _, train, _, _ = load(d)
+        train, _ = training(d, load(d)[1])
         k = shakespeare.max_local_steps(train.sizes, b, d.local_epochs)
     windows = jax.ShapeDtypeStruct((slots, k, b, shakespeare.SEQUENCE_LENGTH), np.int32)
     return AbstractRound(model, losses.next_character_loss(model.apply),
@@ -84,4 +114,5 @@ def abstract(plan, slots: int) -> AbstractRound:
                          None if d.local_steps else np.ones((slots, k), bool))
 
 
-FAMILY = Family(build=build, check=check, abstract=abstract, natural_split="roles")
+FAMILY = Family(build=build, check=check, abstract=abstract, fields=FIELDS,
+                natural_split="roles")
