@@ -13,15 +13,4 @@ set -uo pipefail
 source "$(dirname "$0")/../common.sh" "experiments/configs/cross_device.py:cifar10-dir0.1" \
     "${1:-}" --config.task.images.validation=0.1 --config.local_steps=10 --config.rounds=300 \
     --config.client_store=device
-# each method's default setting first (FedAvgM: Hsu et al.'s; FedAdam, FedYogi: this library's;
-# FedACG: its authors'; FedInit `momentum` and `shared`: beta 0.1), named as its grid names it,
-# then the grids (a cell already done is skipped)
-sweep --algorithms=fedavg,scaffold
-sweep --algorithms=fedinit --betas=0.1 --grid ri_offset=momentum,shared
-sweep --algorithms=fedavgm --grid server_lr=1.0 --grid momentum=0.9
-sweep --algorithms=fedadam,fedyogi --grid server_lr=0.1 --grid eps=0.01
-sweep --algorithms=fedacg --betas=0.85 --grid mu=0.002
-sweep --algorithms=fedavgm --grid server_lr=0.1,0.3,1.0 --grid momentum=0.5,0.8,0.9
-sweep --algorithms=fedadam,fedyogi --grid server_lr=0.01,0.03,0.1 --grid eps=0.001,0.01,0.1
-sweep --algorithms=fedacg --betas=0.7,0.85,0.95 --grid mu=0,0.002,0.02
-sweep --algorithms=fedinit --betas=0.05,0.1,0.2 --grid ri_offset=momentum,shared
+cross_device_grids
