@@ -345,7 +345,8 @@ def test_binary_trains_a_few_rounds_on_plays_written_here(tmp_path, mode):
 def test_a_validation_split_holds_out_each_roles_last_windows_and_is_evaluated(tmp_path):
     """task.shakespeare.validation: the last round(v n_i) of each role's n_i training windows
     (a loop over the roles here) leave its client and are evaluated as val_accuracy / val_loss
-    beside the untouched test split, through the binary's run; refused out of [0, 0.5]."""
+    beside the untouched test split (the loop records whatever the task's evaluator returns:
+    test_tasks.py's image validation run); refused out of [0, 0.5]."""
     from fedinit_jax.experiment import tasks
 
     texts = tmp_path / "texts"  # two roles of 12 speeches, 6 and 15 training windows
@@ -375,8 +376,6 @@ def test_a_validation_split_holds_out_each_roles_last_windows_and_is_evaluated(t
     for split, metrics in on.items():
         for name, value in metrics.items():
             assert float(got[name.replace("test", split, 1)]) == pytest.approx(float(value))
-    rows = planned_run(config, str(tmp_path / "run"), **QUIET)
-    assert {"val_accuracy", "val_loss", "test_accuracy", "test_loss"} <= rows[-1].keys()
     with pytest.raises(ValueError, match="config.task.shakespeare.validation=0.6"):
         experiment.validate(quiet_config(dataset="shakespeare", model="lstm",
                                          task={"shakespeare": {"validation": 0.6}}))
