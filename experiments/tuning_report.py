@@ -1,6 +1,7 @@
 """A tuning grid's choice: for every method, the setting with the best validation accuracy.
 
     .venv/bin/python -m experiments.tuning_report FOLDER --out OUT [--window 3]
+    .venv/bin/python -m experiments.tuning_report --cells OUT/chosen.json   # a study's cells
 
 FOLDER holds one run per setting (studies/cross_device_tuning/runs: every run evaluated on a
 validation split carved from the training data, task.images.validation or
@@ -17,13 +18,15 @@ printed beside, never used to choose.
 import argparse
 import json
 import os
+import re
 
 import numpy as np
 
 from experiments import results as R
 from fedinit_jax import algorithms
 
-__all__ = ["family", "tuned_fields", "final_validation", "choose", "flags", "report", "main"]
+__all__ = ["family", "tuned_fields", "final_validation", "choose", "flags", "report",
+           "SERVER_OPTIMIZERS", "study_cells", "main"]
 
 
 def family(config) -> str:
@@ -127,12 +130,46 @@ def flags(config) -> list:
     return out
 
 
+SERVER_OPTIMIZERS = ("FedAvgM", "FedAdam", "FedYogi")  # the methods RI goes on top of
+
+
+def study_cells(chosen: dict) -> list:
+    """The cells of a study at the chosen settings: (name, flags) of every chosen method, then
+    FedInit's `momentum` rule (beta 0.1, first visits from w) on the best server optimizer by
+    validation accuracy, with delta_from=start (docs/algorithms.md: under `global` its state
+    would accumulate the rule's m^t).
+
+    Args:
+      chosen: chosen.json's object ({method: {"flags": [...], "validation": ...}}).
+    Returns:
+      [(folder name, [--config.FIELD=VALUE, ...])], in chosen's order."""
+    cells = [(re.sub(r"[^a-z0-9]+", "-", method.lower()).strip("-"), list(c["flags"]))
+             for method, c in chosen.items()]
+    servers = {m: c for m, c in chosen.items() if m in SERVER_OPTIMIZERS}
+    if servers:
+        best = max(servers, key=lambda m: servers[m]["validation"])
+        cells.append((f"{best.lower()}-ri-momentum-start", [
+            *servers[best]["flags"], "--config.beta=0.1", "--config.ri_offset=momentum",
+            "--config.first_visit=global", "--config.delta_from=start"]))
+    return cells
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("folder")
-    parser.add_argument("--out", required=True)
+    parser.add_argument("folder", nargs="?")
+    parser.add_argument("--out")
     parser.add_argument("--window", type=int, default=3)
+    parser.add_argument("--cells", metavar="CHOSEN_JSON",
+                        help="print the cells of a study at CHOSEN_JSON's settings, one line "
+                             "each: NAME FLAGS... (study_cells), instead of a report")
     args = parser.parse_args(argv)
+    if args.cells:
+        with open(args.cells) as f:
+            for name, cell_flags in study_cells(json.load(f)):
+                print(name, *cell_flags)
+        return
+    if not (args.folder and args.out):
+        parser.error("a report needs FOLDER and --out (or --cells CHOSEN_JSON)")
     text, picked = report(args.folder, args.window)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "report.md"), "w") as f:

@@ -288,3 +288,29 @@ def test_the_tuning_report_chooses_by_validation_never_by_test(tmp_path):
     assert "| FedAdam | 3 | server_lr=0.03" in text and "65.00 | 50.00 |" in text
     assert "| server_lr=0.1, b1=0.9, b2=0.99, eps=0.01 | - | - | 2/3 | 0.2 |" in text
 
+
+
+def test_a_studys_cells_are_the_chosen_settings_and_the_rule_on_the_best_server(capsys):
+    """tuning_report --cells: one line per chosen method (its folder name, its flags), then
+    the `momentum` rule with delta_from=start on the server optimizer of the best validation
+    accuracy (FedYogi here, though FedAdam comes first)."""
+    from experiments import tuning_report
+
+    chosen = {"FedAdam": {"flags": ["--config.algorithm=fedadam"], "validation": 0.5},
+              "FedYogi": {"flags": ["--config.algorithm=fedyogi", "--config.eps=0.001"],
+                          "validation": 0.6},
+              "FedInit [ri_offset=momentum]": {"flags": ["--config.algorithm=fedinit"],
+                                               "validation": 0.9}}
+    assert tuning_report.study_cells(chosen) == [
+        ("fedadam", ["--config.algorithm=fedadam"]),
+        ("fedyogi", ["--config.algorithm=fedyogi", "--config.eps=0.001"]),
+        ("fedinit-ri-offset-momentum", ["--config.algorithm=fedinit"]),
+        ("fedyogi-ri-momentum-start", ["--config.algorithm=fedyogi", "--config.eps=0.001",
+                                       "--config.beta=0.1", "--config.ri_offset=momentum",
+                                       "--config.first_visit=global",
+                                       "--config.delta_from=start"])]
+    assert tuning_report.study_cells({"FedAvg": {"flags": [], "validation": 0.4}}) == [
+        ("fedavg", [])]
+    with pytest.raises(SystemExit):
+        tuning_report.main(["--window", "2"])  # neither --cells nor a folder
+    assert "a report needs FOLDER and --out" in capsys.readouterr().err

@@ -14,19 +14,7 @@ chosen=${CHOSEN:-studies/cross_device_tuning/report/chosen.json}
 [ -f "$chosen" ] || { echo "error: $chosen missing: run studies/cross_device_tuning first" >&2; exit 2; }
 echo "results: $out"
 # one line per cell: NAME FLAGS... (the chosen settings, and the best server optimizer + RI)
-mapfile -t cells < <("$py" - "$chosen" <<'PY'
-import json, re, sys
-chosen = json.load(open(sys.argv[1]))
-for method, c in chosen.items():
-    print(re.sub(r"[^a-z0-9]+", "-", method.lower()).strip("-"), *c["flags"])
-servers = {m: c for m, c in chosen.items() if m in ("FedAvgM", "FedAdam", "FedYogi")}
-if servers:
-    best = max(servers, key=lambda m: servers[m]["validation"])
-    print(f"{best.lower()}-ri-momentum-start", *servers[best]["flags"], "--config.beta=0.1",
-          "--config.ri_offset=momentum", "--config.first_visit=global",
-          "--config.delta_from=start")
-PY
-)
+mapfile -t cells < <("$py" -m experiments.tuning_report --cells "$chosen")
 for seed in $seeds; do
   for alpha in $alphas; do
     for cell in "${cells[@]}"; do
