@@ -198,7 +198,6 @@ def pack(per_client) -> TextClients:
                        np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
 
 
-
 def held_out(clients: TextClients, fraction: float):
     """(kept, held) TextClients: the last round(fraction n_i) of each client's n_i windows
     held out, the rest kept, both in order. The last windows are the text just before the
@@ -219,6 +218,7 @@ def held_out(clients: TextClients, fraction: float):
         kept.append((x[:cut], y[:cut]))
         held.append((x[cut:], y[cut:]))
     return pack(kept), pack(held)
+
 
 def _why_no_clients(text: str) -> str:
     """Why a play yields no client: the cause a user can act on."""
