@@ -10,11 +10,9 @@
 # ~10 min a cell on one core of the 2-core CPU machine.
 set -uo pipefail
 source "$(dirname "$0")/../train_common.sh" "$@"
-chosen=${CHOSEN:-studies/cross_device_tuning/report/chosen.json}
-[ -f "$chosen" ] || { echo "error: $chosen missing: run studies/cross_device_tuning first" >&2; exit 2; }
-echo "results: $out"
 # one line per cell: NAME FLAGS... (the chosen settings, and the best server optimizer + RI)
-mapfile -t cells < <("$py" -m experiments.tuning_report --cells "$chosen")
+chosen_cells cross_device_tuning
+echo "results: $out"
 for seed in $seeds; do
   for alpha in $alphas; do
     for cell in "${cells[@]}"; do

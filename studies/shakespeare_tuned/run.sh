@@ -11,10 +11,9 @@
 # (studies/shakespeare_tuning).
 set -uo pipefail
 source "$(dirname "$0")/../train_common.sh" "$@"
-chosen=${CHOSEN:-studies/shakespeare_tuning/report/chosen.json}
-[ -f "$chosen" ] || { echo "error: $chosen missing: run studies/shakespeare_tuning and its report first" >&2; exit 2; }
+# one line per cell: NAME FLAGS... (the chosen settings, and the best server optimizer + RI)
+chosen_cells shakespeare_tuning
 echo "results: $out"
-mapfile -t cells < <("$py" -m experiments.tuning_report --cells "$chosen")
 for seed in $seeds; do
   for cell in "${cells[@]}"; do
     read -r name flags <<< "$cell"
