@@ -62,12 +62,11 @@ def build(plan) -> Task:
                     f"the Shakespeare texts hold {len(roles)} clients (roles with >= 2 speeches)")
     chosen = np.sort(np.random.default_rng([plan.schedule.seed, 3]).permutation(len(roles))
                      [:clients])
-    train, validation = training(d, train)
-    train, test = train.subset(chosen), test.subset(chosen)
+    train, validation = training(d, train.subset(chosen))
+    test = test.subset(chosen)
     model = models.get(d.model, shakespeare.VOCAB_SIZE)
     evaluate = losses.make_text_evaluator(model.apply, test.x, test.y)
     if validation is not None:
-        validation = validation.subset(chosen)
         if not len(validation.x):
             fail_config("task.shakespeare.validation", d.fields["validation"],
                         f"holds out no window of these {clients} roles: raise it (at most 0.5)")
