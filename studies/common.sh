@@ -20,8 +20,14 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 py=${PYTHON:-.venv/bin/python}
 [ -x "$py" ] || { echo "error: $py not found: run the README's install command first, or set PYTHON" >&2; exit 2; }
 echo "results: $out"
-# a diverged cell (exit 3) is a result of the study: the next sweep goes on
-sweep() { "$py" -m experiments.sweep --config "$study_config" --results "$out" "$@" "${extra[@]}" || [ $? -eq 3 ]; }
+# a diverged cell (exit 3) is a result of the study: the next sweep goes on; a stopped sweep
+# (SIGTERM / SIGINT: 75, or 128 + N at a second signal) stops the study
+sweep() {
+  "$py" -m experiments.sweep --config "$study_config" --results "$out" "$@" "${extra[@]}"
+  local code=$?
+  [ $code -eq 75 ] || [ $code -gt 128 ] && { echo "study stopped (exit $code): rerun the same command to continue" >&2; exit $code; }
+  [ $code -eq 0 ] || [ $code -eq 3 ]
+}
 report_dir="$out/report"
 [ "$(basename "$out")" = runs ] && report_dir="$(dirname "$out")/report"
 report() { "$py" -m experiments.report "$out" --out "$report_dir" "$@"; echo "report: $report_dir"; }

@@ -608,3 +608,21 @@ def test_a_train_loss_that_runs_away_ends_the_run_diverged(tmp_path, monkeypatch
         planned_run(quiet_config(rounds=8, eval_every=4), str(tmp_path), **QUIET)
     assert len(rows(tmp_path)) == 6
     assert "summary: diverged; round 6/8" in (tmp_path / "train.log").read_text()
+
+
+def test_a_signal_a_stop_request_received_reaches_the_handler_it_replaced():
+    """A SIGTERM that comes after a run's last round ends no run (the run is done), but the
+    sweep around it must still stop before its next cell: StopRequest hands the signal on."""
+    seen = []
+    old = signal.signal(signal.SIGTERM, lambda signum, _frame: seen.append(signum))
+    try:
+        with stopping.StopRequest() as stop:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)  # the handler runs between bytecodes of the main thread
+            assert stop.signum == signal.SIGTERM and seen == []  # held while the run lasts
+        assert seen == [signal.SIGTERM]
+        with stopping.StopRequest():  # no signal: nothing handed on
+            pass
+        assert seen == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, old)
