@@ -203,9 +203,14 @@ def main(argv):
                 print(f"{i}\t{name}\t{describe_state(*state)}")
         sys.exit(_exit_code(state for state, _ in states))
     os.makedirs(FLAGS.results, exist_ok=True)
-    stop = []  # a signal between cells (inside a cell, simulation.run handles it)
+    stop = []  # a signal between cells (inside a cell, simulation.run handles it and hands
+    #            on one that came after the cell's last round)
+
+    def remember(number, _frame):
+        stop.append(number)
+    remember.stops_between_runs = True
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda number, _frame: stop.append(number))
+        signal.signal(signum, remember)
     chosen = [FLAGS.cell] if FLAGS.cell is not None else list(range(len(grid)))
     workers = FLAGS.workers > 1 and len(chosen) > 1  # else the cells run here: plan them
     try:

@@ -614,7 +614,11 @@ def test_a_signal_a_stop_request_received_reaches_the_handler_it_replaced():
     """A SIGTERM that comes after a run's last round ends no run (the run is done), but the
     sweep around it must still stop before its next cell: StopRequest hands the signal on."""
     seen = []
-    old = signal.signal(signal.SIGTERM, lambda signum, _frame: seen.append(signum))
+
+    def remember(signum, _frame):
+        seen.append(signum)
+    remember.stops_between_runs = True
+    old = signal.signal(signal.SIGTERM, remember)
     try:
         with stopping.StopRequest() as stop:
             os.kill(os.getpid(), signal.SIGTERM)
@@ -623,6 +627,11 @@ def test_a_signal_a_stop_request_received_reaches_the_handler_it_replaced():
         assert seen == [signal.SIGTERM]
         with stopping.StopRequest():  # no signal: nothing handed on
             pass
+        with pytest.raises(stopping.Stopped):  # a run that stopped: its caller handles it
+            with stopping.StopRequest():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.05)
+                raise stopping.Stopped(signal.SIGTERM, 1)
         assert seen == [signal.SIGTERM]
     finally:
         signal.signal(signal.SIGTERM, old)

@@ -73,9 +73,9 @@ def stop_grace_seconds() -> float:
 
 class StopRequest:
     """Remembers SIGTERM/SIGINT instead of dying mid-round, so the run stops at the next round
-    boundary with a checkpoint; restores the old handlers, and hands a signal it received to
-    the old handler where that is a Python function (a signal that came after the last round,
-    which ends no run, still stops the sweep around it).
+    boundary with a checkpoint; restores the old handlers. A signal that came after the last
+    round ends no run; when the run ended without an error, it is handed to the old handler
+    if that handler has `stops_between_runs` set (a sweep's: it stops before its next cell).
 
     A stop never waits long: when the run has not stopped stop_grace_seconds() after the signal
     (a long round, a stuck host loop) the process exits at once with REQUEUE_EXIT, and at a
@@ -127,8 +127,8 @@ class StopRequest:
         for sig, handler in self._old.items():
             signal.signal(sig, handler)
         old = self._old.get(self.signum)
-        if callable(old):  # a signal after the last round: the enclosing loop's too (a sweep
-            old(self.signum, None)  # stops before its next cell instead of losing it)
+        if exc[0] is None and getattr(old, "stops_between_runs", False):
+            old(self.signum, None)  # a signal after the last round: a sweep's stop
 
 
 def runaway(rows) -> str | None:
