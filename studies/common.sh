@@ -25,7 +25,10 @@ echo "results: $out"
 sweep() {
   "$py" -m experiments.sweep --config "$study_config" --results "$out" "$@" "${extra[@]}"
   local code=$?
-  [ $code -eq 75 ] || [ $code -gt 128 ] && { echo "study stopped (exit $code): rerun the same command to continue" >&2; exit $code; }
+  if [ $code -eq 75 ] || [ $code -gt 128 ]; then
+    echo "study stopped (exit $code): rerun the same command to continue" >&2
+    exit $code
+  fi
   [ $code -eq 0 ] || [ $code -eq 3 ]
 }
 report_dir="$out/report"

@@ -74,8 +74,9 @@ def stop_grace_seconds() -> float:
 class StopRequest:
     """Remembers SIGTERM/SIGINT instead of dying mid-round, so the run stops at the next round
     boundary with a checkpoint; restores the old handlers. A signal that came after the last
-    round ends no run; when the run ended without an error, it is handed to the old handler
-    if that handler has `stops_between_runs` set (a sweep's: it stops before its next cell).
+    round ends no run; it (any signal it held) is handed to the old handler if that handler
+    has `stops_between_runs` set (a sweep's: it stops before its next cell, also after a cell
+    that diverged or failed).
 
     A stop never waits long: when the run has not stopped stop_grace_seconds() after the signal
     (a long round, a stuck host loop) the process exits at once with REQUEUE_EXIT, and at a
@@ -127,8 +128,8 @@ class StopRequest:
         for sig, handler in self._old.items():
             signal.signal(sig, handler)
         old = self._old.get(self.signum)
-        if exc[0] is None and getattr(old, "stops_between_runs", False):
-            old(self.signum, None)  # a signal after the last round: a sweep's stop
+        if getattr(old, "stops_between_runs", False):  # however the run ended (done after
+            old(self.signum, None)  # its last round, diverged, failed): a sweep's stop
 
 
 def runaway(rows) -> str | None:
