@@ -203,8 +203,8 @@ def main(argv):
                 print(f"{i}\t{name}\t{describe_state(*state)}")
         sys.exit(_exit_code(state for state, _ in states))
     os.makedirs(FLAGS.results, exist_ok=True)
-    stop = []  # a signal between cells (inside a cell, simulation.run handles it and hands
-    #            on one that came after the cell's last round)
+    stop = []  # a signal between cells (inside a cell, simulation.run's StopRequest holds
+    #            it and hands it to remember when the cell ends, however it ended)
 
     def remember(number, _frame):
         stop.append(number)
